@@ -1,0 +1,53 @@
+"""Real leaks for the demo: mistakes the tutorial warns about, done on purpose and undone on cue.
+
+- graph:  ``losses.append(loss)`` keeps every step's autograd graph (and its saved activations'
+          bookkeeping) alive; the fix is ``loss.item()`` or ``loss.detach()``.
+- logits: keeps each step's logits tensor on the device; the fix is to move what you keep off the
+          device (``.cpu()``) or not keep it.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from trainer.config import LEAK_KINDS
+
+LEAK_HINTS = {
+    "graph": "a tensor that still holds its autograd graph is kept each step "
+             "(e.g. losses.append(loss)); log loss.item() or keep loss.detach()",
+    "logits": "a device tensor is kept each step (e.g. outputs appended to a list); "
+              "move it off the device with .cpu() or drop it",
+}
+
+
+class LeakInjector:
+    """Keeps references on purpose while active; ``stop()`` drops them all (the fix)."""
+
+    def __init__(self, kind: str) -> None:
+        if kind not in LEAK_KINDS:
+            raise ValueError(f"unknown leak kind {kind!r}; use one of {', '.join(LEAK_KINDS)}")
+        self.kind = kind
+        self.active = False
+        self.kept: list[torch.Tensor] = []
+        self.started_at: int | None = None
+
+    def start(self, step: int) -> None:
+        self.active = True
+        self.started_at = step
+
+    def stop(self) -> int:
+        """Stop leaking and release what was kept; returns how many tensors were dropped."""
+        dropped = len(self.kept)
+        self.active = False
+        self.kept = []
+        self.started_at = None
+        return dropped
+
+    def keep(self, loss: torch.Tensor, logits: torch.Tensor) -> None:
+        """Called once per step with the step's live tensors, before they go out of scope."""
+        if not self.active:
+            return
+        if self.kind == "graph":
+            self.kept.append(loss)  # the loss still references its whole backward graph
+        else:
+            self.kept.append(logits.detach())  # (B, T, vocab) stays on the device

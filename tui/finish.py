@@ -1,0 +1,23 @@
+"""What every run does at its end, headless or not: write the report, say where the files are."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TextIO
+
+
+def finish_run(run_dir: Path, out: TextIO | None) -> Path | None:
+    """Write report.md/report.json; a failure here never loses the metrics already written."""
+    try:
+        from probes.report import write_report
+    except ImportError:
+        return None
+    try:
+        path = write_report(run_dir)
+    except Exception as exc:  # the run's data is on disk already; say what went wrong
+        if out is not None:
+            print(f"memtop: could not write the report: {exc}", file=out, flush=True)
+        return None
+    if out is not None:
+        print(f"memtop: report {path}", file=out, flush=True)
+    return path

@@ -1,0 +1,90 @@
+"""``memtop train --headless``: the same run, with one compact line every few steps."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import TextIO
+
+from probes.sample import Event, StepSample
+from probes.units import format_bytes, format_rate
+from trainer.config import TrainConfig
+from trainer.control import TrainControl
+from trainer.loop import Record, Trainer
+
+EXIT_SIGINT = 130
+EXIT_SIGTERM = 143
+
+# Events worth a line of their own in headless output.
+_LOUD_EVENTS = {"run_started", "run_finished", "error", "leak_suspected", "leak_cleared",
+                "leak_demo_started", "leak_demo_stopped", "profile_done", "profile_cancelled",
+                "memory_guard", "metrics_write_failed"}
+
+
+def format_step_line(s: StepSample) -> str:
+    """One compact human line for a step (pure; tested without a run)."""
+    scale = "-" if s.scale is None else f"{s.scale:.0f}"
+    loss = "nan" if s.loss != s.loss else f"{s.loss:.4f}"
+    return (f"step {s.step:>6}  loss {loss}  {format_rate(s.tokens_per_s)} tok/s  "
+            f"{s.step_ms:7.1f} ms  alloc {format_bytes(s.allocated_bytes)}  "
+            f"resv {format_bytes(s.reserved_bytes)}  peak {format_bytes(s.peak_allocated_bytes)}  "
+            f"driver {format_bytes(s.driver_used_bytes)}  scale {scale}  skipped {s.skipped_steps}"
+            + ("  [profiling]" if s.profiling else "") + ("  [leak demo]" if s.leak_active else ""))
+
+
+def format_event_line(e: Event) -> str:
+    keep = {k: v for k, v in e.data.items() if k not in ("traceback", "top_ops")}
+    details = "  ".join(f"{k}={v}" for k, v in keep.items())
+    return f"== {e.event} at step {e.step}  {details}".rstrip()
+
+
+class HeadlessPrinter:
+    def __init__(self, log_every: int, out: TextIO) -> None:
+        self.log_every = log_every
+        self.out = out
+
+    def __call__(self, record: Record) -> None:
+        if isinstance(record, StepSample):
+            if record.step % self.log_every == 0 or record.step == 1:
+                print(format_step_line(record), file=self.out, flush=True)
+        elif record.event in _LOUD_EVENTS:
+            print(format_event_line(record), file=self.out, flush=True)
+            if record.event == "error" and "traceback" in record.data:
+                print(record.data["traceback"], file=sys.stderr, flush=True)
+
+
+def run_headless(config: TrainConfig, run_dir: Path, log_every: int = 10,
+                 out: TextIO | None = None) -> int:
+    """Train in a background thread; Ctrl-C / SIGTERM stop it at a step boundary."""
+    from trainer.instruments import build_hooks
+
+    out = out or sys.stdout
+    control = TrainControl()
+    trainer = Trainer(config, run_dir, control=control, sinks=[HeadlessPrinter(log_every, out)],
+                      hooks=build_hooks(config))
+    print(f"memtop: run folder {run_dir}", file=out, flush=True)
+    received: list[int] = []
+
+    def on_signal(signum: int, _frame: object) -> None:
+        received.append(signum)
+        control.stop(f"interrupted ({signal.Signals(signum).name})")
+
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, on_signal)
+    try:
+        trainer.start()
+        while not trainer.join(timeout=0.2):
+            pass
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    from tui.finish import finish_run
+
+    finish_run(run_dir, out)
+    if received:
+        return EXIT_SIGINT if received[0] == signal.SIGINT else EXIT_SIGTERM
+    return trainer.exit_code or 0
