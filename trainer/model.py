@@ -1,9 +1,9 @@
 """A small decoder-only GPT, in the spirit of nanoGPT's model.py: one file, no cleverness.
 
 Attention comes in two forms. "explicit" materialises the (B, nh, T, T) score matrix, so memory
-grows with T² as the tutorial explains; "sdpa" calls scaled_dot_product_attention, which may use a fused
-kernel that never stores the full matrix. The explicit form is the default because memtop is a tool
-for seeing memory, and T² is the term people most often miss.
+grows with T² as the tutorial explains; "sdpa" calls scaled_dot_product_attention, which may use
+a fused kernel that never stores the full matrix. The explicit form is the default because memtop
+is a tool for seeing memory, and T² is the term people most often miss.
 """
 
 from __future__ import annotations
