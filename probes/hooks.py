@@ -32,6 +32,8 @@ class RunContext:
     memory: MemoryProbe
     emit: Callable[[Event], None]  # writes an event row and passes it on to the UI
     elapsed_s: Callable[[], float]
+    set_profile_phase: Callable[[str | None], None]  # status line text, None when no window
+    device_total_bytes: int | None  # device memory (CUDA) or host RAM (CPU)
 
 
 @dataclass

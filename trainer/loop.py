@@ -104,6 +104,9 @@ class Trainer:
         for sink in self.sinks:
             sink(record)
 
+    def _set_profile_phase(self, phase: str | None) -> None:
+        self._set_status(profile_phase=phase)
+
     def _set_status(self, **changes: object) -> None:
         self.status = replace(self.status, **changes)
 
@@ -135,7 +138,7 @@ class Trainer:
             self._set_status(state="running", device_name=name, device_total_bytes=total,
                              params=model.num_params())
             ctx = RunContext(cfg, model, optimizer, scaler, device, amp, self.run_dir, memory,
-                             self.emit, self.elapsed_s)
+                             self.emit, self.elapsed_s, self._set_profile_phase, total)
             for hook in self.hooks:
                 hook.setup(ctx)
             self.emit(Event("run_started", 0, self.elapsed_s(), {
