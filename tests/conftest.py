@@ -1,0 +1,67 @@
+"""Shared fixtures: tiny configs so the suite stays fast on two cores."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+os.environ.setdefault("KINETO_LOG_LEVEL", "5")
+
+TINY = dict(device="cpu", layers=1, heads=2, dim=32, seq_len=16, block_size=32, batch_size=4,
+            warmup_steps=2)
+
+
+@pytest.fixture
+def tiny_config(tmp_path):
+    """A factory for a TrainConfig small enough for ~5 ms steps, writing runs under tmp_path."""
+    from trainer.config import TrainConfig
+
+    def make(**overrides):
+        values = dict(TINY, run_dir=str(tmp_path / "runs"))
+        values.update(overrides)
+        return TrainConfig(**values)
+
+    return make
+
+
+def run_cli(*args: str, cwd: Path | None = None, timeout: float = 120,
+            env: dict | None = None):
+    """Run `python -m tui.cli ARGS` in a subprocess (real process, real exit code)."""
+    import subprocess
+
+    full_env = dict(os.environ)
+    full_env["PYTHONPATH"] = str(ROOT) + os.pathsep + full_env.get("PYTHONPATH", "")
+    if env:
+        full_env.update(env)
+    return subprocess.run([sys.executable, "-m", "tui.cli", *args], cwd=cwd or ROOT,
+                          capture_output=True, text=True, timeout=timeout, env=full_env,
+                          stdin=subprocess.DEVNULL)
+
+
+def in_thread(fn, *args, **kwargs):
+    """Run torch work off the main thread: a parallel torch op on the main thread slows every
+    later background trainer in this process ~3× (DESIGN.md), and the suite shares one process."""
+    import threading
+
+    box: dict = {}
+
+    def target():
+        try:
+            box["value"] = fn(*args, **kwargs)
+        except BaseException as exc:  # re-raised on the caller's thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    thread.join()
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")

@@ -1,0 +1,169 @@
+"""The AMP loop on real torch: step order, skipped steps, finite checks, counters, control."""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+
+import pytest
+import torch
+
+from probes.hooks import StepHook
+from probes.rundir import create_run_dir, read_metrics
+from probes.sample import STEP_FIELDS, StepSample
+from trainer.control import TrainControl
+from trainer.loop import Trainer
+
+
+class Collect:
+    def __init__(self) -> None:
+        self.samples: list[StepSample] = []
+        self.events = []
+
+    def __call__(self, record) -> None:
+        (self.samples if isinstance(record, StepSample) else self.events).append(record)
+
+
+class PoisonGrad(StepHook):
+    """Makes one parameter's gradient inf at the given steps: a real overflow, no mock."""
+
+    def __init__(self, steps: set[int]) -> None:
+        self.steps = steps
+        self._handle = None
+
+    def step_context(self, step):
+        import contextlib
+
+        @contextlib.contextmanager
+        def ctx():
+            param = next(self.ctx.model.parameters())
+            handle = None
+            if step in self.steps:
+                handle = param.register_hook(lambda g: g * float("inf"))
+            try:
+                yield
+            finally:
+                if handle is not None:
+                    handle.remove()
+
+        return ctx()
+
+
+def run_trainer(config, hooks=None, control=None):
+    sink = Collect()
+    run_dir = create_run_dir(config.run_dir)
+    trainer = Trainer(config, run_dir, control=control, sinks=[sink], hooks=hooks or [])
+    code = trainer.run() if control is None else None
+    return trainer, sink, run_dir, code
+
+
+def _in_thread(fn):
+    from conftest import in_thread
+
+    return in_thread(fn)
+
+
+def test_headless_run_writes_valid_rows_and_loss_falls(tiny_config):
+    cfg = tiny_config(steps=60, lr=3e-3)
+    trainer, sink, run_dir, code = _in_thread(lambda: run_trainer(cfg))
+    assert code == 0
+    steps, events, bad = read_metrics(run_dir / "metrics.jsonl")
+    assert bad == 0 and len(steps) == 60
+    assert [s["step"] for s in steps] == list(range(1, 61))
+    for row in steps:
+        assert set(row) == set(STEP_FIELDS)
+        assert row["allocated_bytes"] > 0
+        assert row["reserved_bytes"] >= row["allocated_bytes"]
+        assert row["peak_allocated_bytes"] >= row["allocated_bytes"]
+        assert row["host_rss_bytes"] > 0 and row["driver_used_bytes"] == row["host_rss_bytes"]
+        assert row["amp"] == "bf16" and row["device"] == "cpu" and row["scale"] is None
+    assert [e["event"] for e in events] == ["run_started", "run_finished"]
+    first = sum(s["loss"] for s in steps[:5]) / 5
+    last = sum(s["loss"] for s in steps[-5:]) / 5
+    assert last < first - 1.0, (first, last)
+    assert (run_dir / "config.json").exists()
+
+
+def test_clipping_sees_unscaled_gradients(tiny_config):
+    """fp16 + GradScaler must report the same first-step gradient norm as an fp32 run."""
+    ref = _in_thread(lambda: run_trainer(tiny_config(steps=1, amp="off")))[1].samples[0]
+    amp = _in_thread(lambda: run_trainer(tiny_config(steps=1, amp="fp16")))[1].samples[0]
+    assert amp.scale == 65536.0 and ref.scale is None
+    # A scaled norm would be 65536x larger; fp16 rounding leaves a few percent at most.
+    assert amp.grad_norm == pytest.approx(ref.grad_norm, rel=0.05)
+
+
+def test_scaler_skips_and_counts_steps_with_inf_gradients(tiny_config):
+    cfg = tiny_config(steps=6, amp="fp16")
+    trainer, sink, run_dir, code = _in_thread(lambda: run_trainer(cfg, [PoisonGrad({3, 5})]))
+    assert code == 0
+    skipped = [s.skipped_steps for s in sink.samples]
+    assert skipped == [0, 0, 1, 1, 2, 2]
+    scales = [s.scale for s in sink.samples]
+    assert scales[2] == scales[1] / 2 and scales[4] == scales[3] / 2  # backoff on each overflow
+
+
+def test_non_finite_gradients_without_scaler_fail_the_run(tiny_config):
+    cfg = tiny_config(steps=5, amp="off")
+    trainer, sink, run_dir, code = _in_thread(lambda: run_trainer(cfg, [PoisonGrad({2})]))
+    assert code == 1
+    assert trainer.status.state == "failed"
+    assert "gradient norm" in trainer.status.error
+    steps, events, _ = read_metrics(run_dir / "metrics.jsonl")
+    assert len(steps) == 1  # step 1 kept; the failing step is reported, not recorded as healthy
+    error = next(e for e in events if e["event"] == "error")
+    assert error["error_type"] == "NonFiniteError" and error["step"] == 1
+
+
+def test_pause_stops_the_step_counter_and_stop_ends_the_thread(tiny_config):
+    control = TrainControl()
+    cfg = tiny_config(steps=0)
+    sink = Collect()
+    trainer = Trainer(cfg, create_run_dir(cfg.run_dir), control=control, sinks=[sink])
+    trainer.start()
+    deadline = time.monotonic() + 60
+    while len(sink.samples) < 3 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    control.pause()
+    time.sleep(0.3)  # let the step in flight finish
+    paused_at = trainer.status.step
+    time.sleep(0.5)
+    assert trainer.status.step == paused_at
+    assert trainer.status.state == "paused"
+    control.resume()
+    while trainer.status.step < paused_at + 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert trainer.status.step >= paused_at + 2
+    control.stop()
+    assert trainer.join(timeout=30)
+    assert trainer.exit_code == 0 and trainer.status.state == "stopped"
+    assert threading.active_count() >= 1
+
+
+def test_stop_while_paused_still_ends(tiny_config):
+    control = TrainControl()
+    control.pause()
+    cfg = tiny_config(steps=0)
+    trainer = Trainer(cfg, create_run_dir(cfg.run_dir), control=control)
+    trainer.start()
+    time.sleep(0.5)
+    control.stop()
+    assert trainer.join(timeout=30)
+    assert trainer.status.step == 0
+
+
+def test_peak_is_reset_after_warmup(tiny_config):
+    cfg = tiny_config(steps=6, warmup_steps=3)
+    _, sink, _, _ = _in_thread(lambda: run_trainer(cfg))
+    peaks = [s.peak_allocated_bytes for s in sink.samples]
+    assert all(p is not None for p in peaks)
+    assert peaks[2] <= peaks[1]  # start-up allocations leave the peak at the reset
+    assert all(math.isfinite(s.loss) for s in sink.samples)
+
+
+def test_fp16_on_cpu_uses_a_grad_scaler(tiny_config):
+    cfg = tiny_config(steps=2, amp="fp16")
+    _, sink, _, code = _in_thread(lambda: run_trainer(cfg))
+    assert code == 0 and all(s.scale is not None for s in sink.samples)
+    assert torch.get_num_threads() >= 1
