@@ -23,7 +23,8 @@ def create_run_dir(root: str | os.PathLike[str]) -> Path:
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        msg = f"cannot create run directory root {root}: {exc.strerror or exc}"
+        msg = (f"cannot create run directory root {root}: {exc.strerror or exc}; "
+               "pass --run-dir DIR to write elsewhere")
         raise RunDirError(msg) from None
     if not os.access(root, os.W_OK | os.X_OK):
         raise RunDirError(f"run directory root {root} is not writable; pass --run-dir DIR")

@@ -67,6 +67,7 @@ class Trainer:
         self.hooks = list(hooks or [])
         self.status = TrainerStatus()
         self.exit_code: int | None = None  # 0 finished/stopped, 1 failed
+        self.write_failed = False  # metrics.jsonl could not be written (disk full ...)
         self._thread: threading.Thread | None = None
         self._writer: MetricsWriter | None = None
         self._t0 = time.perf_counter()
@@ -97,12 +98,27 @@ class Trainer:
 
     def _publish(self, record: Record) -> None:
         if self._writer is not None:
-            if isinstance(record, StepSample):
-                self._writer.write_sample(record)
-            else:
-                self._writer.write_event(record)
+            try:
+                if isinstance(record, StepSample):
+                    self._writer.write_sample(record)
+                else:
+                    self._writer.write_event(record)
+            except OSError as exc:  # disk full, file system gone: stop cleanly, keep the UI up
+                self._writer_failed(exc, record)
         for sink in self.sinks:
             sink(record)
+
+    def _writer_failed(self, exc: OSError, record: Record) -> None:
+        path = self._writer.path if self._writer is not None else "metrics.jsonl"
+        self._writer = None  # every earlier row is complete on disk; stop writing, stop training
+        self.write_failed = True
+        reason = (f"cannot write {path}: {exc.strerror or exc}; training stopped, "
+                  f"rows up to step {max(0, record.step - 1)} are saved")
+        self.control.stop(reason)
+        self._set_status(stop_reason=reason)
+        event = Event("metrics_write_failed", record.step, self.elapsed_s(), {"reason": reason})
+        for sink in self.sinks:
+            sink(event)
 
     def _set_profile_phase(self, phase: str | None) -> None:
         self._set_status(profile_phase=phase)
@@ -154,7 +170,7 @@ class Trainer:
             reason = self.control.stop_reason or "finished"
             self._set_status(state="stopped", stop_reason=reason)
             self.emit(Event("run_finished", step, self.elapsed_s(), {"reason": reason}))
-            self.exit_code = 0
+            self.exit_code = 1 if self.write_failed else 0
         except Exception as exc:  # a monitoring tool stays up when the training fails
             step = self.status.step
             message = f"{type(exc).__name__}: {exc}"

@@ -59,6 +59,7 @@ def run_headless(config: TrainConfig, run_dir: Path, log_every: int = 10,
                  out: TextIO | None = None) -> int:
     """Train in a background thread; Ctrl-C / SIGTERM stop it at a step boundary."""
     from trainer.instruments import build_hooks
+    from tui.finish import finish_run
 
     out = out or sys.stdout
     control = TrainControl()
@@ -69,7 +70,11 @@ def run_headless(config: TrainConfig, run_dir: Path, log_every: int = 10,
 
     def on_signal(signum: int, _frame: object) -> None:
         received.append(signum)
+        if len(received) > 1:  # a second Ctrl-C means "now": every finished row is on disk
+            raise KeyboardInterrupt
         control.stop(f"interrupted ({signal.Signals(signum).name})")
+        print(f"memtop: {signal.Signals(signum).name} received, stopping at the next step "
+              "boundary (again to quit at once)", file=out, flush=True)
 
     previous = {}
     if threading.current_thread() is threading.main_thread():
@@ -79,12 +84,13 @@ def run_headless(config: TrainConfig, run_dir: Path, log_every: int = 10,
         trainer.start()
         while not trainer.join(timeout=0.2):
             pass
+        finish_run(run_dir, out)  # the report, from the rows on disk
+    except KeyboardInterrupt:
+        print("memtop: interrupted again; metrics.jsonl holds every finished step",
+              file=out, flush=True)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    from tui.finish import finish_run
-
-    finish_run(run_dir, out)
     if received:
         return EXIT_SIGINT if received[0] == signal.SIGINT else EXIT_SIGTERM
     return trainer.exit_code or 0

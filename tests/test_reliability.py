@@ -1,0 +1,163 @@
+"""Faults injected for real: signals, exceptions in the step, inf loss, a full disk, a memory cap."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import torch
+from conftest import ROOT, in_thread, run_cli
+from test_cli import TINY_ARGS
+from test_trainer import Collect
+
+from probes.hooks import StepHook
+from probes.memory import RssReader
+from probes.rundir import create_run_dir, read_metrics
+from trainer.control import TrainControl
+from trainer.loop import Trainer
+
+
+class AtStep(StepHook):
+    """Runs ``action(model)`` inside the given step's compute."""
+
+    def __init__(self, step: int, action) -> None:
+        self.step, self.action = step, action
+
+    def step_context(self, step):
+        if step == self.step:
+            self.action(self.ctx.model)
+        return contextlib.nullcontext()
+
+
+def _run(config, hooks=(), control=None):
+    sink = Collect()
+    run_dir = create_run_dir(config.run_dir)
+    trainer = Trainer(config, run_dir, control=control, sinks=[sink], hooks=list(hooks))
+    in_thread(trainer.run)
+    return trainer, sink, run_dir
+
+
+def _raise(_model):
+    raise RuntimeError("boom inside the step")
+
+
+def test_exception_in_the_step_is_caught_and_recorded(tiny_config):
+    trainer, sink, run_dir = _run(tiny_config(steps=10), [AtStep(3, _raise)])
+    assert trainer.exit_code == 1 and trainer.status.state == "failed"
+    assert "boom inside the step" in trainer.status.error
+    steps, events, bad = read_metrics(run_dir / "metrics.jsonl")
+    assert [s["step"] for s in steps] == [1, 2] and bad == 0
+    error = next(e for e in events if e["event"] == "error")
+    assert error["error_type"] == "RuntimeError" and "Traceback" in error["traceback"]
+    assert events[-1] == {**events[-1], "event": "run_finished", "reason": "failed"}
+    assert any(getattr(e, "event", "") == "error" for e in sink.events)  # the UI hears it too
+
+
+def _poison_weights(model):
+    with torch.no_grad():
+        model.transformer.ln_f.weight.fill_(float("inf"))
+
+
+def test_inf_loss_without_amp_fails_with_a_clear_error(tiny_config):
+    trainer, _, run_dir = _run(tiny_config(steps=10, amp="off"), [AtStep(4, _poison_weights)])
+    assert trainer.exit_code == 1
+    assert "loss became nan at step 4" in trainer.status.error
+    steps, _, _ = read_metrics(run_dir / "metrics.jsonl")
+    assert len(steps) == 3
+
+
+def test_full_disk_stops_cleanly_and_keeps_the_ui_informed(tiny_config):
+    cfg = tiny_config(steps=50)
+    run_dir = create_run_dir(cfg.run_dir)
+    os.symlink("/dev/full", run_dir / "metrics.jsonl")  # every write fails with ENOSPC
+    sink = Collect()
+    trainer = Trainer(cfg, run_dir, sinks=[sink])
+    in_thread(trainer.run)
+    assert trainer.exit_code == 1 and trainer.write_failed
+    assert "No space left on device" in trainer.status.stop_reason
+    assert any(e.event == "metrics_write_failed" for e in sink.events)
+    assert len(sink.samples) <= 1  # it stopped at the first step boundary
+
+
+def test_memory_guard_stops_a_leak_before_the_limit(tiny_config):
+    rss = RssReader()
+    limit = rss.read() + 48 * 1024 * 1024
+    cfg = tiny_config(steps=400, batch_size=64, seq_len=32, leak="logits", leak_at=3,
+                      max_memory_bytes=limit)
+    trainer, sink, run_dir = _run(cfg)
+    assert trainer.exit_code == 0
+    assert trainer.status.stop_reason.startswith("memory guard")
+    assert len(sink.samples) < 400
+    assert max(s.host_rss_bytes for s in sink.samples) <= limit
+    _, events, _ = read_metrics(run_dir / "metrics.jsonl")
+    guard = next(e for e in events if e["event"] == "memory_guard")
+    assert guard["limit_bytes"] == limit and guard["growth_bytes_per_step"] > 0
+
+
+def _start_headless(tmp_path, *extra):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.Popen(
+        [sys.executable, "-m", "tui.cli", "train", "--headless", "--steps", "0", "--log-every",
+         "1", "--run-dir", str(tmp_path), *TINY_ARGS, *extra],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdin=subprocess.DEVNULL)
+
+
+def _wait_for_steps(proc, n, timeout=60):
+    deadline = time.monotonic() + timeout
+    for line in proc.stdout:
+        if line.startswith("step") and int(line.split()[1]) >= n:
+            return
+        if time.monotonic() > deadline:
+            break
+    raise AssertionError("the headless run did not reach the step in time")
+
+
+def _check_interrupted_run(tmp_path, signame):
+    (run,) = tmp_path.iterdir()
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    rows = [json.loads(line) for line in lines]  # every line is complete, valid JSON
+    steps = [r["step"] for r in rows if "event" not in r]
+    assert steps == list(range(1, len(steps) + 1)) and len(steps) >= 5
+    assert rows[-1]["event"] == "run_finished"
+    assert rows[-1]["reason"] == f"interrupted ({signame})"
+    return run
+
+
+def test_sigint_mid_run_keeps_every_row_and_exits_130(tmp_path):
+    proc = _start_headless(tmp_path)
+    _wait_for_steps(proc, 5)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    _check_interrupted_run(tmp_path, "SIGINT")
+
+
+def test_sigterm_mid_run_exits_143(tmp_path):
+    proc = _start_headless(tmp_path)
+    _wait_for_steps(proc, 5)
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=60)
+    assert proc.returncode == 143
+    _check_interrupted_run(tmp_path, "SIGTERM")
+
+
+def test_unwritable_current_directory_is_a_clear_error():
+    result = run_cli("train", "--headless", "--steps", "1", cwd="/proc")
+    assert result.returncode == 2
+    assert "pass --run-dir" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_failing_headless_run_exits_non_zero(tmp_path):
+    # seq-len 16 with a dim that trains, but lr = 1e30 makes the weights overflow without AMP
+    result = run_cli("train", "--headless", "--steps", "30", "--amp", "off", "--lr", "1e30",
+                     "--run-dir", str(tmp_path), *TINY_ARGS)
+    assert result.returncode == 1, result.stdout[-2000:]
+    assert "NonFiniteError" in result.stdout
+    _ = TrainControl  # the same control object the dashboard uses
