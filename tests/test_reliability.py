@@ -1,4 +1,4 @@
-"""Faults injected for real: signals, exceptions in the step, inf loss, a full disk, a memory cap."""
+"""Faults injected for real: signals, a raise in the step, inf loss, a full disk, a memory cap."""
 
 from __future__ import annotations
 
