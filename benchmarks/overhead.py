@@ -13,9 +13,8 @@ import dataclasses
 import tempfile
 import time
 
-from common import append_results, in_thread, machine, median
-
 import torch
+from common import append_results, in_thread, machine, median
 
 from probes.ring import Ring
 from probes.rundir import create_run_dir
@@ -85,9 +84,9 @@ def main() -> None:
     for i in range(args.repeats):
         plain.append(in_thread(plain_loop, cfg, args.warm, args.steps))
         ours.append(in_thread(memtop_headless, cfg, args.warm, args.steps))
-        print(f"repeat {i + 1}: plain {plain[-1]:,.0f} tok/s   memtop headless {ours[-1]:,.0f} tok/s")
+        print(f"repeat {i + 1}: plain {plain[-1]:,.0f} tok/s, memtop {ours[-1]:,.0f} tok/s")
     ratio = median(ours) / median(plain)
-    pair = median([o / p for o, p in zip(ours, plain)])
+    pair = median([o / p for o, p in zip(ours, plain, strict=True)])
     table = (
         "| side | tokens/s (median of {n}) | all repeats |\n|---|---|---|\n"
         "| plain AMP loop (no probes) | {p:,.0f} | {pa} |\n"

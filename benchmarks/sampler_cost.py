@@ -13,9 +13,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import append_results, machine, median
-
 import torch
+from common import append_results, machine, median
 
 from probes.memory import MemoryProbe, RssReader, heap_counters
 from probes.nvml import NvmlPoller
