@@ -24,6 +24,7 @@ from probes.memory import MemoryProbe
 from probes.nvml import NvmlPoller
 from probes.rundir import MetricsWriter, write_json
 from probes.sample import Event, StepSample
+from probes.sysinfo import system_info
 from trainer.config import TrainConfig
 from trainer.control import TrainControl
 from trainer.data import BatchSampler, load_corpus
@@ -165,6 +166,7 @@ class Trainer:
                                    else "n/a (NVML unavailable)") if device.type == "cuda"
                                   else "process RSS (/proc/self/statm)",
                 "nvml_error": nvml.error if nvml else None,
+                "system": system_info(device),  # hardware/software for the report
             }))
             step = self._train(model, optimizer, scaler, batches, memory, nvml, device, amp)
             reason = self.control.stop_reason or "finished"

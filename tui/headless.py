@@ -23,6 +23,10 @@ _LOUD_EVENTS = {"run_started", "run_finished", "error", "leak_suspected", "leak_
                 "memory_guard", "metrics_write_failed"}
 
 
+# Event data too big for one line (they are in metrics.jsonl and the report).
+_BULKY_KEYS = {"traceback", "top_ops", "system", "lines", "model"}
+
+
 def format_step_line(s: StepSample) -> str:
     """One compact human line for a step (pure; tested without a run)."""
     scale = "-" if s.scale is None else f"{s.scale:.0f}"
@@ -35,7 +39,7 @@ def format_step_line(s: StepSample) -> str:
 
 
 def format_event_line(e: Event) -> str:
-    keep = {k: v for k, v in e.data.items() if k not in ("traceback", "top_ops")}
+    keep = {k: v for k, v in e.data.items() if k not in _BULKY_KEYS}
     details = "  ".join(f"{k}={v}" for k, v in keep.items())
     return f"== {e.event} at step {e.step}  {details}".rstrip()
 

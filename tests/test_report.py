@@ -1,0 +1,239 @@
+"""The experiment report: every field present and consistent with metrics.jsonl, a killed run
+reported as incomplete, and `memtop report` on bad input: one line, exit 2, nothing touched."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, TINY, run_cli
+
+from probes.report import ReportError, build_report, percentile, write_report
+
+FIELDS = {
+    "hardware": ("device", "device_name", "cpu_model", "cpu_count", "ram_bytes"),
+    "software": ("python", "torch", "cuda", "cudnn", "memtop"),
+    "model": ("layers", "dim", "heads", "vocab", "params"),
+    "input": ("batch_size", "seq_len", "token_dtype", "param_dtype", "compute_dtype"),
+    "measurement": ("steps", "sync_rule", "timing", "counters"),
+    "results": ("final_loss", "mean_loss", "tokens_per_s_p50", "step_ms_p50", "step_ms_p95",
+                "peak_allocated_bytes", "peak_reserved_bytes", "driver_peak_bytes",
+                "skipped_steps", "mfu", "mfu_note", "flops_per_token"),
+}
+
+
+def _rows(run_dir: Path) -> tuple[list[dict], list[dict]]:
+    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x]
+    return [r for r in rows if "event" not in r], [r for r in rows if "event" in r]
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory) -> Path:
+    """One real headless run (finish_run writes the report at its end), shared by the tests."""
+    from trainer.config import TrainConfig
+    from tui.headless import run_headless
+
+    root = tmp_path_factory.mktemp("runs")
+    config = TrainConfig(**dict(TINY, steps=12, run_dir=str(root)))
+    from probes.rundir import create_run_dir
+
+    run_dir = create_run_dir(root)
+    out = io.StringIO()
+    assert run_headless(config, run_dir, log_every=100, out=out) == 0
+    assert "memtop: report" in out.getvalue()
+    return run_dir
+
+
+def test_every_run_ends_with_a_report_consistent_with_metrics(finished_run):
+    report = json.loads((finished_run / "report.json").read_text())
+    assert (finished_run / "report.md").is_file()
+    for section, keys in FIELDS.items():
+        for key in keys:
+            assert key in report[section], f"{section}.{key}"
+    assert report["mode"] == "train" and report["amp"] == "bf16"
+    assert report["warmup_steps"] == TINY["warmup_steps"]
+    assert report["complete"] is True and report["incomplete_reasons"] == []
+    assert "loss.item() once per step" in report["measurement"]["sync_rule"]
+    assert report["model"]["vocab"] == 256
+
+    steps, events = _rows(finished_run)
+    res = report["results"]
+    assert report["measurement"]["steps"] == res["steps_recorded"] == len(steps) == 12
+    assert res["final_loss"] == steps[-1]["loss"]
+    assert res["mean_loss"] == pytest.approx(statistics.fmean(r["loss"] for r in steps))
+    timed = [r for r in steps if r["step"] > TINY["warmup_steps"] and not r["profiling"]]
+    assert res["stats_steps"] == len(timed)
+    assert res["tokens_per_s_p50"] == pytest.approx(
+        statistics.median(r["tokens_per_s"] for r in timed))
+    assert res["step_ms_p50"] == pytest.approx(statistics.median(r["step_ms"] for r in timed))
+    assert res["step_ms_p50"] <= res["step_ms_p95"] <= max(r["step_ms"] for r in timed)
+    assert res["peak_allocated_bytes"] == max(
+        r["peak_allocated_bytes"] for r in steps if r["step"] >= TINY["warmup_steps"])
+    assert res["driver_peak_bytes"] == max(r["driver_used_bytes"] for r in steps)
+    assert res["skipped_steps"] == steps[-1]["skipped_steps"]
+    assert res["mfu"] is None and "CPU" in res["mfu_note"]  # no peak FLOP/s table for CPUs
+    started = next(e for e in events if e["event"] == "run_started")
+    params, cfg = started["params"], TINY
+    assert report["model"]["params"] == params
+    assert res["flops_per_token"] == 6 * (params - cfg["block_size"] * cfg["dim"]) + \
+        12 * cfg["layers"] * cfg["dim"] * cfg["seq_len"]
+    assert report["software"]["source"] == "run start"  # recorded by the trainer
+    ledger = [e for e in events if e["event"] == "ledger"][-1]
+    assert report["ledger"]["lines"] == ledger["lines"]
+    assert report["profiles"] == [] and isinstance(report["leaks"], list)
+    assert "largest ledger line" in report["finding"]
+    md = (finished_run / "report.md").read_text()
+    for heading in ("## Finding", "## Setup", "## Results", "## Memory ledger",
+                    "## Profiler windows", "## Leak and memory events"):
+        assert heading in md
+    assert "| metric" in md and "| saved activations" in md
+
+
+def test_percentile_is_numpy_linear():
+    assert percentile([1, 2, 3, 4], 50) == 2.5
+    assert percentile([10.0], 95) == 10.0
+    assert percentile(list(range(101)), 95) == 95
+    assert percentile([], 50) is None
+
+
+def test_killed_run_gets_an_incomplete_report(tmp_path):
+    """A real run killed with SIGKILL mid-way, then a half-written last line."""
+    root = tmp_path / "runs"
+    args = ["train", "--headless", "--device", "cpu", "--steps", "0", "--run-dir", str(root),
+            "--log-every", "1000"]
+    for key in ("layers", "heads", "dim", "seq_len", "block_size", "batch_size", "warmup_steps"):
+        args += [f"--{key.replace('_', '-')}", str(TINY[key])]
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen([sys.executable, "-m", "tui.cli", *args], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        metrics = None
+        while time.monotonic() < deadline:
+            found = list(root.glob("*/metrics.jsonl"))
+            if found and '"event":"ledger"' in found[0].read_text():
+                metrics = found[0]
+                break
+            time.sleep(0.1)
+        assert metrics is not None, "the run never measured its ledger"
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+    run_dir = metrics.parent
+    report = build_report(run_dir)
+    assert report["complete"] is False
+    assert "no run_finished row" in report["incomplete_reasons"][0]
+    steps, _ = _rows(run_dir)
+    assert report["results"]["steps_recorded"] == len(steps) >= 3
+    assert report["ledger"] is not None
+
+    with open(metrics, "a", encoding="utf-8") as fh:
+        fh.write('{"step": 99999, "time_s": 1.0, "lo')  # killed while writing this line
+    before = {name: _digest(run_dir / name) for name in ("config.json", "metrics.jsonl")}
+    result = run_cli("report", str(run_dir))
+    assert result.returncode == 0, result.stderr
+    report = json.loads((run_dir / "report.json").read_text())
+    assert any("cut short" in r for r in report["incomplete_reasons"])
+    assert report["results"]["steps_recorded"] == len(steps)
+    assert "Incomplete run" in (run_dir / "report.md").read_text()
+    assert "incomplete run" in result.stdout
+    assert before == {name: _digest(run_dir / name) for name in ("config.json", "metrics.jsonl")}
+
+
+def _copy_run(src: Path, dst: Path) -> Path:
+    dst.mkdir()
+    for name in ("config.json", "metrics.jsonl"):
+        (dst / name).write_bytes((src / name).read_bytes())
+    return dst
+
+
+@pytest.mark.parametrize("case", ["missing", "no_metrics", "junk_metrics", "empty_metrics",
+                                  "config_not_json", "config_bad_field", "is_a_file"])
+def test_report_on_bad_input_is_one_line_and_exit_2(finished_run, tmp_path, case):
+    run_dir = tmp_path / "run"
+    if case == "missing":
+        pass
+    elif case == "is_a_file":
+        run_dir.write_text("not a folder")
+    else:
+        _copy_run(finished_run, run_dir)
+        if case == "no_metrics":
+            (run_dir / "metrics.jsonl").unlink()
+        elif case == "junk_metrics":
+            (run_dir / "metrics.jsonl").write_bytes(os.urandom(4096) + b"\n[1, 2]\n{oops\n")
+        elif case == "empty_metrics":
+            (run_dir / "metrics.jsonl").write_bytes(b"")
+        elif case == "config_not_json":
+            (run_dir / "config.json").write_text("{ batch_size: 4")
+        elif case == "config_bad_field":
+            config = json.loads((run_dir / "config.json").read_text())
+            config["seq_len"] = "sixteen"
+            (run_dir / "config.json").write_text(json.dumps(config))
+    before = {p.name: _digest(p) for p in run_dir.iterdir()} if run_dir.is_dir() else None
+    result = run_cli("report", str(run_dir), timeout=60)
+    assert result.returncode == 2, (case, result.stdout, result.stderr)
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("memtop report: "), result.stderr
+    assert "Traceback" not in result.stderr
+    if before is not None:  # nothing written, nothing changed
+        assert before == {p.name: _digest(p) for p in run_dir.iterdir()}
+    with pytest.raises(ReportError):
+        build_report(run_dir)
+
+
+def test_report_again_replaces_only_derived_files(finished_run, tmp_path):
+    run_dir = _copy_run(finished_run, tmp_path / "again")
+    before = {name: _digest(run_dir / name) for name in ("config.json", "metrics.jsonl")}
+    first = write_report(run_dir)
+    second = write_report(run_dir)
+    assert first == second == run_dir / "report.md"
+    assert sorted(p.name for p in run_dir.iterdir()) == [
+        "config.json", "metrics.jsonl", "report.json", "report.md"]
+    assert before == {name: _digest(run_dir / name) for name in ("config.json", "metrics.jsonl")}
+
+
+def test_mfu_on_a_known_gpu_and_a_failed_run(tmp_path):
+    """Rows as a CUDA run on an H100 writes them (this machine has no GPU to make them)."""
+    run_dir = tmp_path / "gpu"
+    run_dir.mkdir()
+    config = dict(TINY, device="cuda", amp="auto", resolved_amp="fp16", steps=6)
+    (run_dir / "config.json").write_text(json.dumps(config))
+    params = 21984
+    rows = [{"event": "run_started", "step": 0, "time_s": 0.0, "device": "cuda:0",
+             "device_name": "NVIDIA H100 80GB HBM3", "amp": "fp16", "params": params}]
+    for step in range(1, 7):
+        rows.append({"step": step, "time_s": step * 0.01, "loss": 5.0 - step / 10,
+                     "tokens_per_s": 1000.0 * step, "step_ms": 10.0 - step, "profiling": False,
+                     "peak_allocated_bytes": 1000 + step, "reserved_bytes": 4096,
+                     "driver_used_bytes": 8192, "skipped_steps": max(0, step - 4)})
+    rows.append({"event": "error", "step": 6, "time_s": 0.07, "error_type": "OutOfMemoryError",
+                 "message": "CUDA out of memory"})
+    rows.append({"event": "run_finished", "step": 6, "time_s": 0.08, "reason": "failed"})
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    report = build_report(run_dir)
+    res = report["results"]
+    assert res["tokens_per_s_p50"] == 4500.0  # steps 3..6 after warmup 2
+    flops = 6 * (params - TINY["block_size"] * TINY["dim"]) + \
+        12 * TINY["layers"] * TINY["dim"] * TINY["seq_len"]
+    assert res["device_peak_flops_per_s"] == 989e12
+    assert res["mfu"] == pytest.approx(flops * 4500.0 / 989e12)
+    assert res["skipped_steps"] == 2 and res["peak_allocated_bytes"] == 1006
+    assert report["complete"] and report["status"]["reason"] == "failed"
+    assert "OutOfMemoryError" in report["finding"] and "skipped" in report["finding"]
+    assert report["software"]["source"].startswith("report time")
+    write_report(run_dir)
+    assert "## Errors" in (run_dir / "report.md").read_text()

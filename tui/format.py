@@ -1,0 +1,459 @@
+"""Pure text helpers for the dashboard: every string a widget shows is built here.
+
+Kept free of Textual and torch so they can be tested without an App and so the UI thread never
+does more than string work on a refresh.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from probes.units import format_bytes, format_rate
+
+NA = "n/a"
+
+# Pane ids in display order, and what kind of value each holds.
+PANE_KINDS: dict[str, str] = {
+    "allocated": "bytes",
+    "reserved": "bytes",
+    "peak": "bytes",
+    "driver": "bytes",
+    "scale": "scale",
+    "tokens": "rate",
+    "step_ms": "ms",
+    "loss": "loss",
+}
+
+# Labels say what the counter really is on each device (DESIGN.md: counters table).
+_CPU_LABELS = {
+    "allocated": "heap in use",
+    "reserved": "heap held",
+    "peak": "peak heap (sampled)",
+    "driver": "RSS",
+}
+_CUDA_LABELS = {
+    "allocated": "allocated",
+    "reserved": "reserved",
+    "peak": "peak allocated",
+    "driver": "NVML used",
+}
+_COMMON_LABELS = {"scale": "grad scale", "tokens": "tokens/s", "step_ms": "step time",
+                  "loss": "loss"}
+
+
+_SHORT_LABELS = {
+    "cpu": {"allocated": "heap used", "reserved": "heap held", "peak": "peak (s)",
+            "driver": "RSS"},
+    "cuda": {"allocated": "alloc", "reserved": "reserved", "peak": "peak", "driver": "NVML"},
+    "common": {"scale": "scale", "tokens": "tok/s", "step_ms": "step", "loss": "loss"},
+}
+
+
+def pane_labels(device_type: str, short: bool = False) -> dict[str, str]:
+    """Pane id -> label; CPU counters are named for what glibc and /proc report.
+
+    Short labels fit a 20-column pane at 80×24 ("(s)" = sampled, explained in the help).
+    """
+    if short:
+        labels = dict(_SHORT_LABELS["cuda" if device_type == "cuda" else "cpu"])
+        labels.update(_SHORT_LABELS["common"])
+        return labels
+    labels = dict(_CUDA_LABELS if device_type == "cuda" else _CPU_LABELS)
+    labels.update(_COMMON_LABELS)
+    return labels
+
+
+def sample_values(sample: Any) -> dict[str, float | None]:
+    """The value each pane shows for one StepSample (None -> n/a)."""
+    return {
+        "allocated": sample.allocated_bytes,
+        "reserved": sample.reserved_bytes,
+        "peak": sample.peak_allocated_bytes,
+        "driver": sample.driver_used_bytes,
+        "scale": sample.scale,
+        "tokens": sample.tokens_per_s,
+        "step_ms": sample.step_ms,
+        "loss": _finite_or_none(sample.loss),
+    }
+
+
+def _finite_or_none(x: float | None) -> float | None:
+    if x is None or not math.isfinite(x):
+        return None
+    return x
+
+
+def format_value(kind: str, value: float | None) -> str:
+    """One value in human units; None -> n/a."""
+    if value is None:
+        return NA
+    if kind == "bytes":
+        return format_bytes(value)
+    if kind == "rate":
+        return format_rate(value)
+    if kind == "ms":
+        return format_ms(value)
+    if kind == "scale":
+        return format_scale(value)
+    if kind == "loss":
+        return f"{value:.4f}" if abs(value) < 1000 else f"{value:.4g}"
+    return f"{value:g}"
+
+
+def format_ms(ms: float | None) -> str:
+    if ms is None:
+        return NA
+    if ms >= 10_000:
+        return f"{ms / 1000:.1f} s"
+    if ms >= 100:
+        return f"{ms:.0f} ms"
+    return f"{ms:.1f} ms" if ms >= 1 else f"{ms:.2f} ms"
+
+
+def format_scale(scale: float | None) -> str:
+    """GradScaler scale: 65536 as is, large ones as 2^k (scales are powers of two)."""
+    if scale is None:
+        return "no scaler"
+    if scale > 0 and scale >= 1e6:
+        exp = math.log2(scale)
+        if exp == int(exp):
+            return f"2^{int(exp)}"
+        return f"{scale:.3g}"
+    return f"{scale:g}"
+
+
+def format_us(us: float | None) -> str:
+    """Profiler microseconds in the unit that reads best."""
+    if us is None:
+        return "-"
+    if us >= 1_000_000:
+        return f"{us / 1e6:.2f} s"
+    if us >= 1000:
+        return f"{us / 1000:.2f} ms"
+    return f"{us:.0f} µs"
+
+
+def format_count(n: float | None) -> str:
+    """Parameter counts: 804224 -> 0.80M."""
+    if n is None:
+        return NA
+    if n >= 1e9:
+        return f"{n / 1e9:.2f}B"
+    if n >= 1e5:
+        return f"{n / 1e6:.2f}M"
+    if n >= 1e3:
+        return f"{n / 1e3:.1f}k"
+    return str(int(n))
+
+
+def format_steps(n: float | None) -> str:
+    """Step counts: 950, 12.5k, 1.2M."""
+    if n is None:
+        return NA
+    if n >= 1e6:
+        return f"{n / 1e6:.1f}M"
+    if n >= 1e4:
+        return f"{n / 1e3:.0f}k"
+    return f"{int(n)}"
+
+
+def format_clock(seconds: float | None) -> str:
+    """Elapsed time as H:MM:SS (M:SS under an hour)."""
+    if seconds is None or seconds < 0 or not math.isfinite(seconds):
+        return NA
+    s = int(seconds)
+    h, rem = divmod(s, 3600)
+    m, sec = divmod(rem, 60)
+    return f"{h}:{m:02d}:{sec:02d}" if h else f"{m}:{sec:02d}"
+
+
+def format_duration(seconds: float | None) -> str:
+    """A rough span for "full in ...": 45 s, 12 min, 3 h 10 min, 2.5 days."""
+    if seconds is None or not math.isfinite(seconds) or seconds < 0:
+        return NA
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 3600:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 86400:
+        h, rem = divmod(int(seconds), 3600)
+        return f"{h} h {rem // 60} min"
+    return f"{seconds / 86400:.1f} days"
+
+
+def fit(text: str, width: int) -> str:
+    """Cut text to width with an ellipsis (never wider than width)."""
+    if width <= 0:
+        return ""
+    if len(text) <= width:
+        return text
+    return text[: max(0, width - 1)] + "…"
+
+
+def label_value_line(label: str, value: str, width: int, short_label: str | None = None) -> str:
+    """'label        value' filling width exactly; the value wins when space is short."""
+    if width <= 0:
+        return ""
+    if short_label is not None and len(label) + 1 + len(value) > width:
+        label = short_label
+    if len(value) >= width:
+        return fit(value, width)
+    room = width - len(value) - 1
+    label = fit(label, room) if room > 0 else ""
+    return label + " " * (width - len(label) - len(value)) + value
+
+
+def range_text(kind: str, lo: float | None, hi: float | None, width: int) -> str:
+    """min/max over the pane's window, in the longest form that fits width."""
+    if lo is None or hi is None:
+        return fit("min/max " + NA, width)
+    a, b = format_value(kind, lo), format_value(kind, hi)
+    a_num, _, a_unit = a.partition(" ")
+    b_num, _, b_unit = b.partition(" ")
+    candidates = [f"min {a}  max {b}", f"min {a} max {b}"]
+    if a_unit and a_unit == b_unit:
+        candidates += [f"min {a_num} max {b_num} {b_unit}", f"{a_num}–{b_num} {b_unit}"]
+    candidates += [f"{a}–{b}"]
+    for text in candidates:
+        if len(text) <= width:
+            return text
+    return fit(candidates[-1], width)
+
+
+def state_text(state: str, profile_phase: str | None, pause_requested: bool,
+               quitting: bool) -> str:
+    """running / paused / profiling / stopped, plus the in-between states a key press causes."""
+    if quitting:
+        return "stopping" if state not in ("stopped", "failed") else state
+    if state == "running":
+        if pause_requested:
+            return "pausing"
+        if profile_phase is not None:
+            return "profiling"
+    if state == "paused" and not pause_requested:
+        return "resuming"
+    return state
+
+
+def header_text(*, device_name: str, device_total: int | None, amp: str, batch: int, seq: int,
+                params: int | None, step: int, elapsed_s: float | None, state: str,
+                width: int) -> str:
+    """The header line; drops the least useful parts first when narrow."""
+    total = f" {format_bytes(device_total)}" if device_total else ""
+    device = f"{device_name or '…'}{total}"
+    parts = [device, f"amp {amp}", f"B{batch} T{seq}", f"{format_count(params)} params",
+             f"step {step}", format_clock(elapsed_s), state.upper()]
+    for sep, lead in ((" │ ", " memtop │ "), (" │ ", " "), (" · ", " "), (" ", "")):
+        text = lead + sep.join(parts)
+        if len(text) <= width:
+            return text
+    return fit(" ".join(parts[3:] if len(parts) > 3 else parts), width)
+
+
+def profile_text(phase: str | None, requested: bool, available: bool) -> str:
+    """The profiler part of the status line."""
+    if not available:
+        return "profiler: n/a"
+    if phase is not None:
+        return f"profiler: {phase}"
+    if requested:
+        return "profiler: requested"
+    return "profiler: off"
+
+
+def leak_demo_text(kind: str | None, active: bool, since: int | None, toggling: bool) -> str:
+    if toggling:
+        return "leak demo: switching…"
+    if active:
+        return f"leak demo: {kind} since step {since}" if since else f"leak demo: {kind}"
+    return "leak demo: off"
+
+
+# ---- leak alerts ----------------------------------------------------------------------------
+
+COUNTER_LABELS = {
+    "device_allocated": "device allocated",
+    "host_heap": "host heap in use (mallinfo2)",
+    "host_rss": "host RSS",
+}
+
+
+def counter_pane(counter: str, device_type: str) -> str | None:
+    """Which pane shows the counter that grew (None when no pane shows it)."""
+    if counter == "device_allocated":
+        return "allocated"
+    if device_type != "cuda":
+        return {"host_heap": "allocated", "host_rss": "driver"}.get(counter)
+    return None
+
+
+_COUNTER_SHORT = {"device_allocated": "device allocated", "host_heap": "host heap",
+                  "host_rss": "host RSS"}
+
+
+def leak_alert_line(data: dict[str, Any], step: int, compact: bool = False) -> str:
+    """One alert as a sentence: what grows, how fast, since when, and how long until full.
+
+    ``compact`` keeps it to one 80-column line so the hint below it gets the room.
+    """
+    key = str(data.get("counter", ""))
+    counter = (_COUNTER_SHORT if compact else COUNTER_LABELS).get(key, key)
+    rate = format_bytes(data.get("bytes_per_step"))
+    since = data.get("since_step", step)
+    if compact:
+        text = f"{counter} +{rate}/step since step {since}"
+    else:
+        text = f"{counter} grows {rate}/step since step {since}"
+    steps_left = data.get("steps_to_full")
+    secs_left = data.get("seconds_to_full")
+    if steps_left is None and secs_left is None:
+        return text
+    cap = data.get("capacity_bytes")
+    what = format_bytes(cap) if cap else "memory"
+    if compact:
+        left = format_duration(secs_left) if secs_left is not None else (
+            f"~{format_steps(steps_left)} steps")
+        return f"{text}; fills {what} in {left}"
+    bits = []
+    if steps_left is not None:
+        bits.append(f"~{format_steps(steps_left)} steps")
+    if secs_left is not None:
+        bits.append(format_duration(secs_left))
+    return f"{text}; at this rate {what} fills in {' / '.join(bits)}"
+
+
+def leak_banner_text(alerts: dict[str, dict[str, Any]], compact: bool = False) -> tuple[str, str]:
+    """(headline lines, hint) for the active alerts, newest last."""
+    lines = [leak_alert_line(d, d.get("_step", 0), compact) for d in alerts.values()]
+    hint = next((d.get("hint") for d in reversed(list(alerts.values())) if d.get("hint")), "")
+    return "\n".join(lines), hint or ""
+
+
+# ---- top-ops table --------------------------------------------------------------------------
+
+# (key in the event row, column title, kind)
+OP_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("calls", "calls", "count"),
+    ("self_cpu_us", "self CPU", "us"),
+    ("cpu_total_us", "CPU total", "us"),
+    ("self_device_us", "self dev", "us"),
+    ("device_total_us", "dev total", "us"),
+    ("cpu_memory_bytes", "CPU mem", "bytes"),
+    ("device_memory_bytes", "dev mem", "bytes"),
+)
+_OP_TITLES = {key: title for key, title, _ in OP_COLUMNS}
+_OP_KINDS = {key: kind for key, _, kind in OP_COLUMNS}
+
+_OP_PREFIXES = (
+    ("autograd::engine::evaluate_function: ", "bwd: "),
+    ("Optimizer.step#", "optim "),
+    ("Optimizer.zero_grad#", "zero_grad "),
+)
+
+
+def op_columns(top_ops: Sequence[dict[str, Any]]) -> list[str]:
+    """The numeric columns that have at least one measured value (device columns on CUDA only)."""
+    return [key for key, _, _ in OP_COLUMNS
+            if any(op.get(key) is not None for op in top_ops)]
+
+
+def op_column_title(key: str) -> str:
+    return _OP_TITLES.get(key, key)
+
+
+def default_sort_key(sort_by: str | None, columns: Sequence[str]) -> str:
+    """Device total on CUDA, CPU total on CPU (the tutorial's cuda/cpu_time_total)."""
+    preferred = "device_total_us" if sort_by == "device" else "cpu_total_us"
+    for key in (preferred, "cpu_total_us", "self_cpu_us"):
+        if key in columns:
+            return key
+    return columns[0] if columns else "cpu_total_us"
+
+
+def next_sort_key(current: str, columns: Sequence[str]) -> str:
+    """The column after ``current`` (wrapping); what the `o` key steps through."""
+    if not columns:
+        return current
+    if current not in columns:
+        return columns[0]
+    return columns[(columns.index(current) + 1) % len(columns)]
+
+
+def sort_ops(top_ops: Iterable[dict[str, Any]], key: str) -> list[dict[str, Any]]:
+    """Largest first; rows without the value go last."""
+    ops = list(top_ops)
+    return sorted(ops, key=lambda op: (op.get(key) is None, -(op.get(key) or 0)))
+
+
+def shorten_op(name: str, width: int) -> str:
+    """Shorten long op names: known prefixes first, then an ellipsis in the middle."""
+    for long, short in _OP_PREFIXES:
+        if name.startswith(long) and len(name) > width:
+            name = short + name[len(long):]
+    if len(name) <= width:
+        return name
+    if width <= 3:
+        return name[:width]
+    head = (width - 1) * 2 // 3
+    tail = width - 1 - head
+    return name[:head] + "…" + (name[-tail:] if tail else "")
+
+
+def op_cell(key: str, value: Any) -> str:
+    kind = _OP_KINDS.get(key, "")
+    if value is None:
+        return "-"
+    if kind == "us":
+        return format_us(value)
+    if kind == "bytes":
+        return format_bytes(value)
+    return str(value)
+
+
+def op_name_width(total_width: int, n_columns: int) -> int:
+    """Room left for the op name after the numeric columns (about 10 cells each)."""
+    return max(12, min(60, total_width - 10 * n_columns - 4))
+
+
+# ---- ledger ---------------------------------------------------------------------------------
+
+def ledger_rows(data: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """(name, measured, predicted, formula or note) per ledger line."""
+    rows = []
+    for line in data.get("lines", []) or []:
+        note = line.get("formula") or line.get("note") or ""
+        rows.append((str(line.get("name", "?")), format_bytes(line.get("measured_bytes")),
+                     format_bytes(line.get("predicted_bytes"), na="-"), str(note)))
+    return rows
+
+
+def ledger_footer(data: dict[str, Any]) -> str:
+    return (f"total {format_bytes(data.get('total_measured_bytes'))} · allocated "
+            f"{format_bytes(data.get('allocated_bytes'))} · reserved "
+            f"{format_bytes(data.get('reserved_bytes'))} · step {data.get('sampled_step', '?')}")
+
+
+# ---- chart ----------------------------------------------------------------------------------
+
+def downsample_max(values: Sequence[float], n: int) -> list[float]:
+    """At most n points, each the max of its bucket (a spike must not vanish from the chart)."""
+    if n <= 0:
+        return []
+    if len(values) <= n:
+        return list(values)
+    out = []
+    size = len(values) / n
+    for i in range(n):
+        lo, hi = int(i * size), int((i + 1) * size)
+        out.append(max(values[lo:max(hi, lo + 1)]))
+    return out
+
+
+def byte_unit(max_bytes: float) -> tuple[str, float]:
+    """The unit the chart's y axis uses for values up to max_bytes."""
+    for unit, div in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if max_bytes >= div:
+            return unit, float(div)
+    return "B", 1.0

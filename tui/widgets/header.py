@@ -1,0 +1,43 @@
+"""The one-line header: device, amp, B/T, params, step, elapsed and the run state."""
+
+from __future__ import annotations
+
+from textual.widgets import Static
+
+
+class MemtopHeader(Static):
+    """A fixed one-line label: updates skip the re-layout (DESIGN.md: layout per update costs)."""
+
+    DEFAULT_CSS = """
+    MemtopHeader {
+        height: 1;
+        width: 1fr;
+        background: $primary-background;
+        color: $text;
+        text-style: bold;
+    }
+    MemtopHeader.-paused { background: $warning-darken-2; }
+    MemtopHeader.-stopped { background: $surface-lighten-1; }
+    MemtopHeader.-failed { background: $error-darken-1; }
+    MemtopHeader.-profiling { background: $accent-darken-2; }
+    """
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__("", id=id, markup=False)
+        self._text = ""
+        self._state = ""
+
+    def show(self, text: str, state: str) -> None:
+        """Redraw only when the text or the state changed."""
+        if state != self._state:
+            for name in ("paused", "stopped", "failed", "profiling"):
+                self.set_class(state == name or (name == "paused" and state == "pausing"),
+                               f"-{name}")
+            self._state = state
+        if text != self._text:
+            self._text = text
+            self.update(text, layout=False)
+
+    @property
+    def text(self) -> str:
+        return self._text

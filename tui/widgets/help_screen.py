@@ -1,0 +1,127 @@
+"""The `?` screen: what each counter means, and the tutorial's warnings about reading them."""
+
+from __future__ import annotations
+
+from rich.table import Table
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+KEYS = (
+    ("p", "profiler window (wait, warmup, active steps), then the top-ops table; "
+          "p during a window cancels it"),
+    ("l", "leak demo on/off; off drops what was leaked (the fix)"),
+    ("space", "pause / resume at the next step boundary"),
+    ("r", "write report.md + report.json now"),
+    ("s", "save an SVG screenshot into the run folder"),
+    ("o", "change the top-ops sort column"),
+    ("v", "chart / top ops / ledger (terminals under 100 columns)"),
+    ("?", "this help (esc closes)"),
+    ("q", "stop at the next step boundary, write the report, quit"),
+)
+
+
+def keys_table() -> Table:
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="bold", no_wrap=True)
+    table.add_column()
+    for key, text in KEYS:
+        table.add_row(key, text)
+    return table
+
+
+# One entry per paragraph: Textual wraps them to the terminal's width.
+CUDA_COUNTERS = (
+    "[b]allocated[/b]: bytes held by live tensors (torch.cuda.memory_allocated). This is what "
+    "your code controls: it must come back to the same level after every step, or something "
+    "leaks.",
+    "[b]reserved[/b]: bytes the caching allocator holds from the driver (memory_reserved), "
+    "always ≥ allocated. Freed tensors return their blocks to this cache, not to the driver, so "
+    "reserved stays high after a peak: that is reuse, not a leak.",
+    "[b]peak allocated[/b]: max_memory_allocated since the reset after warmup, the high-water "
+    "mark that decides whether a bigger batch fits.",
+    "[b]NVML used[/b]: what the driver says this process uses, the number nvidia-smi shows: "
+    "reserved plus the CUDA context and library workspaces (cuBLAS, cuDNN). Read about once a "
+    "second on its own thread; n/a when NVML is missing.",
+)
+
+CPU_COUNTERS = (
+    "On CPU there is no caching allocator: memtop reads glibc's heap counters (mallinfo2, all "
+    "threads' arenas) in place of allocated/reserved.",
+    "[b]heap in use[/b] (heap used): bytes malloc has handed out and not taken back (uordblks + "
+    "hblkhd), the closest thing to allocated. It must come back to the same level after every "
+    "step.",
+    "[b]heap held[/b]: bytes malloc holds from the OS (arena + hblkhd), ≥ heap in use. Freed "
+    "memory stays here for reuse, like CUDA's reserved.",
+    "[b]peak heap (sampled)[/b] (peak (s)): the largest heap-in-use value memtop saw, at the end "
+    "of each step and once after the forward pass, since the reset after warmup. A sampled "
+    "peak can miss a spike between two samples; CUDA keeps a true high-water mark, CPU does "
+    "not.",
+    "[b]RSS[/b]: resident pages of the whole process (/proc/self/statm): the heap plus code, "
+    "libraries, thread stacks and pages malloc has not given back. The CPU stand-in for "
+    "nvidia-smi's driver-level number.",
+)
+
+COMMON = (
+    "[b]Why nvidia-smi differs[/b]: it shows the driver's view (the reserved cache, the CUDA "
+    "context, library workspaces), not live tensors. Deleting a tensor lowers allocated; "
+    "nvidia-smi does not move.",
+    "[b]empty_cache() is not a fix[/b]: it only hands unused cached blocks back to the driver. "
+    "Memory held by live tensors (a kept loss with its graph, a list of outputs) stays, and "
+    "calling it often makes later allocations slower. Fix the reference that keeps the tensors "
+    "alive instead.",
+    "[b]grad scale[/b]: the GradScaler's loss scale (fp16). It halves, and the step is "
+    "skipped, when gradients overflow; \"no scaler\" for bf16 and fp32, which need none.",
+    "[b]tokens/s, step time[/b]: B×T divided by the wall time of the whole step (data to "
+    "optimizer update).",
+    "[b]leak alert[/b]: the detector watches end-of-step memory after warmup; a sustained rise "
+    "raises the banner and marks the pane that grew. Usual causes: losses.append(loss) (log "
+    "loss.item() instead), outputs kept on the device (move them off with .cpu() or drop them).",
+)
+
+
+class HelpScreen(ModalScreen[None]):
+    DEFAULT_CSS = """
+    HelpScreen { align: center middle; }
+    HelpScreen > VerticalScroll {
+        width: 100%;
+        max-width: 104;
+        height: 100%;
+        max-height: 44;
+        border: round $primary;
+        background: $surface;
+        padding: 0 1;
+    }
+    HelpScreen Static { width: 1fr; margin-top: 1; }
+    HelpScreen Static.keys { margin-top: 0; }
+    """
+
+    BINDINGS = [
+        Binding("escape", "close", "close"),
+        Binding("question_mark", "close", "close", show=False),
+        Binding("q", "close", "close", show=False),
+    ]
+
+    def __init__(self, device_type: str, counters: str | None = None) -> None:
+        super().__init__()
+        self.device_type = device_type
+        self.counters = counters
+
+    def compose(self) -> ComposeResult:
+        counters = CUDA_COUNTERS if self.device_type == "cuda" else CPU_COUNTERS
+        with VerticalScroll(id="help-body") as body:
+            body.border_title = "memtop help (esc or ? closes, arrows scroll)"
+            yield Static("[b]Keys[/b]")
+            yield Static(keys_table(), classes="keys")
+            if self.counters:
+                yield Static(f"counters read from: {self.counters}", markup=False)
+            for text in (*counters, *COMMON):
+                yield Static(text)
+
+    def on_mount(self) -> None:
+        self.query_one("#help-body").focus()
+
+    def action_close(self) -> None:
+        self.dismiss(None)

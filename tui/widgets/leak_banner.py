@@ -1,0 +1,86 @@
+"""The leak alert: a banner that says what grows, how fast, since when, and what to do."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from textual.widgets import Static
+
+from tui.format import COUNTER_LABELS, leak_banner_text
+
+CLEARED_SHOW_S = 10.0  # how long "leak cleared" stays before the banner hides
+
+
+class LeakBanner(Static):
+    """Hidden until a ``leak_suspected`` event; shows every counter that is still growing."""
+
+    DEFAULT_CSS = """
+    LeakBanner {
+        display: none;
+        height: auto;
+        max-height: 4;
+        width: 1fr;
+        padding: 0 1;
+        background: $error;
+        color: $text;
+    }
+    LeakBanner.-shown { display: block; }
+    LeakBanner.-cleared { background: $success-darken-2; }
+    """
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__("", id=id, markup=False)
+        self.alerts: dict[str, dict[str, Any]] = {}
+        self._cleared_at: float | None = None
+        self._text = ""
+
+    def suspected(self, step: int, data: dict[str, Any]) -> None:
+        counter = str(data.get("counter", "?"))
+        self.alerts[counter] = dict(data, _step=step)
+        self._cleared_at = None
+        self._render_alerts()
+
+    def cleared(self, step: int, data: dict[str, Any]) -> None:
+        counter = str(data.get("counter", "?"))
+        self.alerts.pop(counter, None)
+        if self.alerts:
+            self._render_alerts()
+            return
+        label = COUNTER_LABELS.get(counter, counter)
+        self._show(f"LEAK CLEARED: {label} is flat again (step {step})", cleared=True)
+        self._cleared_at = time.monotonic()
+
+    def tick(self) -> None:
+        """Hide a "cleared" note after a while (called from the app's refresh)."""
+        if self._cleared_at is not None and time.monotonic() - self._cleared_at > CLEARED_SHOW_S:
+            self._cleared_at = None
+            self.set_class(False, "-shown")
+
+    def on_resize(self) -> None:
+        if self.alerts:
+            self._render_alerts()
+
+    def _render_alerts(self) -> None:
+        compact = (self.size.width or self.app.size.width) < 100
+        lines, hint = leak_banner_text(self.alerts, compact)
+        head = "LEAK: " if compact else "LEAK SUSPECTED: "
+        text = head + lines.replace("\n", "\n" + head)
+        if hint:
+            text += f"\n{'cause' if compact else 'likely cause'}: {hint}"
+        self._show(text, cleared=False)
+
+    def _show(self, text: str, cleared: bool) -> None:
+        self.set_class(cleared, "-cleared")
+        self.set_class(True, "-shown")
+        if text != self._text:
+            self._text = text
+            self.update(text)
+
+    @property
+    def text(self) -> str:
+        return self._text
+
+    @property
+    def shown(self) -> bool:
+        return self.has_class("-shown")

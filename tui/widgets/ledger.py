@@ -1,0 +1,79 @@
+"""The memory ledger: each measured line beside the tutorial's prediction for it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import Static
+
+from tui.format import fit, ledger_footer, ledger_rows
+
+PLACEHOLDER = "ledger: waiting for a sampled step (params, grads, AdamW state, activations…)"
+
+
+def ledger_table_text(data: dict[str, Any], width: int) -> str:
+    """Fixed-width rows: name, measured, predicted, formula (dropped when narrow)."""
+    rows = ledger_rows(data)
+    name_w = max([len(r[0]) for r in rows] + [4])
+    name_w = min(name_w, 22)
+    head = f"{'line':<{name_w}} {'measured':>10} {'predicted':>10}"
+    show_note = width >= len(head) + 12
+    if show_note:
+        head += "  formula"
+    lines = [fit(head, width)]
+    for name, measured, predicted, note in rows:
+        text = f"{fit(name, name_w):<{name_w}} {measured:>10} {predicted:>10}"
+        if show_note and note:
+            text += "  " + note
+        lines.append(fit(text, width))
+    lines.append(fit(ledger_footer(data), width))
+    return "\n".join(lines)
+
+
+class LedgerPane(Vertical):
+    DEFAULT_CSS = """
+    LedgerPane {
+        height: auto;
+        max-height: 14;
+        width: 1fr;
+        border: round $primary-background-lighten-2;
+    }
+    LedgerPane > Static { height: auto; width: 1fr; padding: 0 1; }
+    LedgerPane.-empty > Static { color: $text-muted; }
+    """
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id, classes="-empty")
+        self.data: dict[str, Any] | None = None
+        self._body = Static(PLACEHOLDER, markup=False)
+        self._text = ""
+
+    def compose(self) -> ComposeResult:
+        yield self._body
+
+    def on_mount(self) -> None:
+        self.border_title = "memory ledger (measured vs predicted)"
+
+    def show_ledger(self, data: dict[str, Any]) -> None:
+        self.data = data
+        self.set_class(False, "-empty")
+        self._draw()
+
+    def on_resize(self) -> None:
+        if self.data is not None:
+            self._draw()
+
+    @property
+    def text(self) -> str:
+        return self._text
+
+    def _draw(self) -> None:
+        if self.data is None:
+            return
+        width = max(20, (self.content_region.width or self.size.width or 60) - 2)
+        text = ledger_table_text(self.data, width)
+        if text != self._text:
+            self._text = text
+            self._body.update(text)

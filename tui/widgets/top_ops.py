@@ -1,0 +1,109 @@
+"""The last profiler window's hot ops as a DataTable, with a key to change the sort column."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import DataTable, Static
+
+from tui.format import (
+    default_sort_key,
+    fit,
+    next_sort_key,
+    op_cell,
+    op_column_title,
+    op_columns,
+    op_name_width,
+    shorten_op,
+    sort_ops,
+)
+
+PLACEHOLDER = "no profiler window yet: press p to trace a few steps (wait/warmup/active)"
+
+
+class TopOpsTable(Vertical):
+    """Keeps the last window's rows until the next window; sorting is local (no torch)."""
+
+    DEFAULT_CSS = """
+    TopOpsTable {
+        height: 1fr;
+        width: 1fr;
+        border: round $primary-background-lighten-2;
+        border-title-color: $text;
+    }
+    TopOpsTable > #ops-placeholder { color: $text-muted; height: auto; padding: 0 1; }
+    TopOpsTable > DataTable { height: 1fr; display: none; }
+    TopOpsTable.-loaded > DataTable { display: block; }
+    TopOpsTable.-loaded > #ops-placeholder { display: none; }
+    """
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.ops: list[dict[str, Any]] = []
+        self.columns: list[str] = []
+        self.sort_key = "cpu_total_us"
+        self.window: dict[str, Any] = {}
+        self._table: DataTable = DataTable(zebra_stripes=True, cursor_type="none")
+
+    def compose(self) -> ComposeResult:
+        yield Static(PLACEHOLDER, id="ops-placeholder", markup=False)
+        yield self._table
+
+    def on_mount(self) -> None:
+        self.border_title = "top ops"
+
+    def show_window(self, step: int, data: dict[str, Any]) -> None:
+        """A finished window (``profile_done`` event): replace the rows, default sort."""
+        self.ops = [op for op in data.get("top_ops", []) or [] if isinstance(op, dict)]
+        self.columns = op_columns(self.ops)
+        self.sort_key = default_sort_key(data.get("sort_by"), self.columns)
+        self.window = dict(data, step=step)
+        self.set_class(True, "-loaded")
+        self._populate()
+
+    def set_note(self, text: str) -> None:
+        """Status text while no table is loaded (e.g. a cancelled window)."""
+        if not self.ops:
+            self.query_one("#ops-placeholder", Static).update(text)
+
+    def cycle_sort(self) -> str | None:
+        """Next sort column; returns its title, None when there is nothing to sort."""
+        if not self.ops:
+            return None
+        self.sort_key = next_sort_key(self.sort_key, self.columns)
+        self._populate()
+        return op_column_title(self.sort_key)
+
+    def on_resize(self) -> None:
+        if self.ops:
+            self._populate()
+
+    @property
+    def row_names(self) -> list[str]:
+        """Full op names in display order (tests)."""
+        return [op.get("name", "?") for op in sort_ops(self.ops, self.sort_key)]
+
+    def _populate(self) -> None:
+        width = self.content_region.width or self.size.width or 60
+        name_w = op_name_width(width, len(self.columns))
+        table = self._table
+        table.clear(columns=True)
+        table.add_column("op", key="name", width=name_w)
+        for key in self.columns:
+            title = op_column_title(key) + (" ▼" if key == self.sort_key else "")
+            table.add_column(title, key=key)
+        for op in sort_ops(self.ops, self.sort_key):
+            cells = [shorten_op(str(op.get("name", "?")), name_w)]
+            cells += [op_cell(key, op.get(key)) for key in self.columns]
+            table.add_row(*cells)
+        step = self.window.get("step")
+        where = self.window.get("dir")
+        title = f"top ops · step {step} · by {op_column_title(self.sort_key)} (o)"
+        analysis = self.window.get("analysis_s")
+        subtitle = str(where or "")
+        if analysis is not None:
+            subtitle += f" · analysed in {analysis:.1f} s"
+        self.border_title = fit(title, max(10, width - 2))
+        self.border_subtitle = fit(subtitle.strip(" ·"), max(10, width - 4))
