@@ -10,45 +10,12 @@ import os
 import sys
 
 import pytest
-from conftest import run_cli
+from conftest import run_cli, wait_for
 
 from probes.hooks import StepHook
-from probes.rundir import create_run_dir
 from probes.sample import Event
 from tui.app import MemtopApp, stderr_to_file
 from tui.widgets.help_screen import HelpScreen
-
-DEADLINE_S = 90.0
-
-
-async def wait_for(pilot, condition, what: str, step_s: float = 0.1) -> None:
-    """Let the app run until ``condition()`` holds; fail with ``what`` after a long deadline."""
-    waited = 0.0
-    while not condition():
-        if waited > DEADLINE_S:
-            raise AssertionError(f"timed out waiting for {what}")
-        await pilot.pause(step_s)
-        waited += step_s
-
-
-@pytest.fixture
-def make_app(tiny_config, tmp_path):
-    """Build apps over tiny trainers; whatever a test does, every trainer thread is joined."""
-    apps: list[MemtopApp] = []
-
-    def make(**kw) -> MemtopApp:
-        config = tiny_config(steps=kw.pop("steps", 0))
-        run_dir = create_run_dir(tmp_path / "runs")
-        hooks = kw.pop("extra_hooks", [])
-        app = MemtopApp.for_run(config, run_dir, refresh_s=0.1, freeze_gc=False, **kw)
-        app.trainer.hooks.extend(hooks)
-        apps.append(app)
-        return app
-
-    yield make
-    for app in apps:
-        app.shutdown(timeout_s=60)
-        assert not app.trainer.alive
 
 
 def rows(app: MemtopApp) -> tuple[list[dict], list[dict]]:
