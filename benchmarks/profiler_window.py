@@ -9,7 +9,9 @@ The windows rotate through three modes inside the one run, so all of them share 
 machine is doing: torch's key_averages() on the training thread (the prototype: "before"), the
 table computed from trace.json by a child process (what memtop does: "after"), and the same with
 record_shapes=True (memtop's default is False: shapes make the profiler's stop ~2x longer).
-(a) median step time per phase; "after" vs "before" (median of the per-window ratios).
+(a) median step time per phase; "after" vs "before" (median of the per-window ratios); the
+    training time a window costs (its steps' excess over the clean median, plus the end_step that
+    stops the profiler, exports and, in-process, runs key_averages()).
 (b) a thread ticking every 10 ms (stand-in for the dashboard's UI thread) records how late each
     tick wakes; a tick whose wait overlaps a period counts for it, the longest is the stall.
     Periods: clean steps (the floor), the window's steps, the profiler's stop (prof.step() ending
@@ -198,6 +200,13 @@ def measure(repeats: int, clean: int, warmup: int) -> tuple[list[dict], dict]:
             after = [s["ms"] for s in driver.steps if s["window"] == i and s["label"] == "after"]
             ratios.append(median(after) / median(before))
         ends = [window.ends[i] for i in idx]
+        lost = []  # training time a window costs: its steps over clean ones, plus the end_step
+        for i, e in zip(idx, ends, strict=True):
+            base = median([s["ms"] for s in driver.steps
+                           if s["window"] == i and s["label"] == "before"])
+            extra = [s["ms"] - base for s in driver.steps if s["window"] == i
+                     and s["label"] in ("wait", "warmup", "active", "analysing")]
+            lost.append(sum(extra) + (e["end"] - e["start"]) * 1000.0)
         events = [done[i].data for i in idx]
         results.append({
             "mode": f"{mode}, record_shapes={shapes}",
@@ -213,6 +222,7 @@ def measure(repeats: int, clean: int, warmup: int) -> tuple[list[dict], dict]:
                 "analysis": [(e["end"], driver.done_at[i]) for e, i in zip(ends, idx, strict=True)
                              if driver.done_at[i] > e["end"]],
             }),
+            "lost_ms": median(lost),
             "stop_ms": median([(e["stopped"] - e["start"]) * 1000 for e in ends]),
             "export_ms": median([d["export_s"] * 1000 for d in events]),
             "analysis_s": median([d["analysis_s"] for d in events]),
@@ -247,13 +257,14 @@ def main() -> None:
              "dim 128, bf16), window wait 1 / warmup 1 / active 3. in-process = key_averages() "
              "on the training thread (the prototype), subprocess = the table computed from "
              "trace.json by a child process (memtop).", "",
-             "| mode | " + " | ".join(PHASES) + " | after / before (median; per window) |",
-             "|---|" + "---|" * (len(PHASES) + 1)]
+             "| mode | " + " | ".join(PHASES)
+             + " | after / before (median; per window) | training time lost per window, ms |",
+             "|---|" + "---|" * (len(PHASES) + 2)]
     for r in results:
         cells = [f"{fmt(r['median_ms'].get(p))} ({r['n'].get(p, 0)})" for p in PHASES]
         ratios = ", ".join(f"{x:.2f}" for x in r["ratios"])
         lines.append(f"| {r['mode']} | " + " | ".join(cells)
-                     + f" | {r['ratio']:.3f}; {ratios} |")
+                     + f" | {r['ratio']:.3f}; {ratios} | {r['lost_ms']:.0f} |")
     lines += ["", "(b) Longest lateness of a 10 ms ticking thread (UI stand-in), ms, by period; "
               "then the median duration of the stop, the export, the analysis (worker's own "
               "time, or key_averages()) and from the stop to profile_done.", "",

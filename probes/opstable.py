@@ -259,6 +259,20 @@ def _average(events: list[_Ev], use_device: bool,
     return rows
 
 
+def rows_from_key_averages(averages: Any, use_device: bool,
+                           profile_memory: bool) -> list[dict[str, Any]]:
+    """torch's own key_averages() (FunctionEventAvg list) in this module's row format."""
+    return [{
+        "name": e.key, "calls": e.count,
+        "self_cpu_us": float(e.self_cpu_time_total), "cpu_total_us": float(e.cpu_time_total),
+        "self_device_us": float(e.self_device_time_total) if use_device else None,
+        "device_total_us": float(e.device_time_total) if use_device else None,
+        "cpu_memory_bytes": int(e.cpu_memory_usage) if profile_memory else None,
+        "device_memory_bytes": (int(e.device_memory_usage) if profile_memory and use_device
+                                else None),
+    } for e in averages]
+
+
 def sort_rows(rows: list[dict[str, Any]], sort_by: str) -> list[dict[str, Any]]:
     """Highest self time first ("cpu" or "device"), ties by total time then name."""
     key = SORT_KEYS[sort_by]
@@ -346,8 +360,7 @@ def spawn_worker(trace_path: Path, out_dir: Path, sort_by: str, top: int, use_de
     code = ("import sys; sys.path.insert(0, sys.argv.pop(1)); "
             "from probes.opstable import main; sys.exit(main(sys.argv[1:]))")
     argv = [sys.executable, "-I", "-c", code, root, str(trace_path), str(out_dir),
-            "--sort", sort_by, "--top", str(top), "--wait-for-go",
-            *os.environ.get("MEMTOP_EXP_SCHED", "--nice 10").split()]
+            "--sort", sort_by, "--top", str(top), "--nice", "10", "--wait-for-go"]
     if use_device:
         argv.append("--device")
     if profile_memory:
@@ -368,17 +381,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", action="store_true", help="the trace has device events")
     parser.add_argument("--memory", action="store_true", help="the trace has [memory] events")
     parser.add_argument("--nice", type=int, default=0, help="lower this process's priority")
-    parser.add_argument("--idle", action="store_true",
-                        help="run only on otherwise idle CPU time (Linux SCHED_IDLE)")
     parser.add_argument("--wait-for-go", action="store_true",
                         help="wait for a line 'go' on stdin first; exit on anything else")
     args = parser.parse_args(argv)
     if args.nice:
         with contextlib.suppress(OSError):
             os.nice(args.nice)
-    if args.idle and hasattr(os, "sched_setscheduler"):
-        with contextlib.suppress(OSError):
-            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     if args.wait_for_go and sys.stdin.readline().strip() != "go":
         return 0  # the window was cancelled
     analyse(args.trace, args.out_dir, args.sort, args.top, args.device, args.memory)

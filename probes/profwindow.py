@@ -4,8 +4,10 @@ The tutorial's rule (seed §4): a profiler is a diagnosis tool with a cost, so t
 after a warmup, never the whole run. torch's profiler is thread-local, so every call to it happens
 here, on the training thread. When the window ends, the training thread only exports the trace
 (tens of ms); the top-ops table is computed by a child process from that trace (probes.opstable),
-because key_averages() would hold the GIL ~0.6 s and freeze the dashboard. The result is picked up
-at a later step boundary and emitted from the training thread, like every other event.
+because key_averages() would hold the GIL ~0.6-0.8 s and freeze the dashboard. The child is started
+idle when the window opens (a process start disturbs the next step on two cores) and told to go
+once trace.json is written. Its result is picked up at a later step boundary and emitted from the
+training thread, like every other event. Measured: benchmarks/profiler_window.py.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
 from probes.hooks import StepHook, StepTensors
-from probes.opstable import format_table, sort_rows, spawn_worker
+from probes.opstable import format_table, rows_from_key_averages, sort_rows, spawn_worker
 from probes.rundir import write_json
 from probes.sample import Event, StepSample
 
@@ -284,16 +286,22 @@ class ProfilerWindow(StepHook):
         if self.keep_profiler:
             self.last_profiler = win.prof
         ana = _Analysis(win, out_dir, None, export_s, time.perf_counter())
-        if win.worker is not None:
+        if win.worker is not None and win.worker.stdin is not None:
             try:
-                assert win.worker.stdin is not None
                 win.worker.stdin.write(b"go\n")
                 win.worker.stdin.close()
                 ana.proc = win.worker
-            except (OSError, ValueError, AssertionError):  # it died: analyse in process
+            except (OSError, ValueError):  # it died: analyse in process
                 self._retire(win.worker)
         if ana.proc is None:  # (stalls a UI thread in this process ~0.3-1 s)
-            ana.result = self._analyse_in_process(win.prof, out_dir)
+            try:
+                ana.result = self._analyse_in_process(win.prof, out_dir)
+            except Exception as exc:
+                self.ctx.set_profile_phase(None)
+                self._emit("profile_cancelled", step, {
+                    "reason": f"analysis failed: {type(exc).__name__}: {exc}",
+                    "dir": win.dir_name})
+                return
         win.prof = None  # the trace is on disk; free the profiler's event buffers
         self._analysis = ana
         self._poll(step, block=False)
@@ -397,16 +405,3 @@ class ProfilerWindow(StepHook):
     def _emit(self, name: str, step: int, data: dict[str, Any]) -> None:
         self.ctx.emit(Event(name, step, self.ctx.elapsed_s(), data))
 
-
-def rows_from_key_averages(averages: Any, use_device: bool,
-                           profile_memory: bool) -> list[dict[str, Any]]:
-    """torch's FunctionEventAvg list in the row format of probes.opstable."""
-    return [{
-        "name": e.key, "calls": e.count,
-        "self_cpu_us": float(e.self_cpu_time_total), "cpu_total_us": float(e.cpu_time_total),
-        "self_device_us": float(e.self_device_time_total) if use_device else None,
-        "device_total_us": float(e.device_time_total) if use_device else None,
-        "cpu_memory_bytes": int(e.cpu_memory_usage) if profile_memory else None,
-        "device_memory_bytes": (int(e.device_memory_usage) if profile_memory and use_device
-                                else None),
-    } for e in averages]

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 
+import psutil
 import torch
 from conftest import ROOT, in_thread, run_cli
 
@@ -164,6 +165,10 @@ def test_cancel_and_quick_presses(tiny_config):
     else:
         assert seq[5][0] == "profile_done"
     assert not window.busy
+    # the idle workers started for the cancelled windows were told to exit and were reaped
+    workers = [p for p in psutil.Process().children(recursive=True)
+               if "probes.opstable" in " ".join(p.cmdline())]
+    assert workers == []
 
 
 def test_headless_profile_at_writes_files_and_stays_quiet(tmp_path):

@@ -71,6 +71,7 @@ class TrainConfig:
     profile_active: int = 3  # steps recorded
     profile_at: list[int] = field(default_factory=list)  # steps at which to open a window
     profile_memory: bool = False  # record allocations in the profiler window (costs more)
+    profile_record_shapes: bool = False  # record input shapes (stopping the profiler costs ~3x)
     leak: str = "graph"  # leak demo kind: graph | logits
     leak_at: int | None = None  # start the leak demo at this step without a key press
     leak_stop_at: int | None = None  # and stop (fix) it at this step

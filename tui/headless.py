@@ -40,7 +40,8 @@ def format_step_line(s: StepSample) -> str:
 
 def format_event_line(e: Event) -> str:
     keep = {k: v for k, v in e.data.items() if k not in _BULKY_KEYS}
-    details = "  ".join(f"{k}={v}" for k, v in keep.items())
+    details = "  ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
+                        for k, v in keep.items())
     return f"== {e.event} at step {e.step}  {details}".rstrip()
 
 
