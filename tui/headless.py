@@ -19,6 +19,7 @@ EXIT_SIGTERM = 143
 
 # Events worth a line of their own in headless output.
 _LOUD_EVENTS = {"run_started", "run_finished", "error", "leak_suspected", "leak_cleared",
+                "profile_started",
                 "leak_demo_started", "leak_demo_stopped", "profile_done", "profile_cancelled",
                 "memory_guard", "metrics_write_failed"}
 
