@@ -27,7 +27,6 @@ sawtooth) is reported, and cleared when it is released: it is a leak for that lo
 
 from __future__ import annotations
 
-import os
 import statistics
 from collections import deque
 from collections.abc import Sequence
@@ -37,6 +36,7 @@ from typing import Any
 from probes.hooks import RunContext, StepHook, StepTensors
 from probes.memory import heap_counters
 from probes.sample import Event, StepSample
+from probes.sysinfo import host_ram_bytes
 from probes.units import format_bytes
 
 COUNTERS = ("device_allocated", "host_heap", "host_rss")  # host_rss: only where no mallinfo2
@@ -272,13 +272,6 @@ def likely_cause(counter: str, bytes_per_step: float,
     return "tensors", f"tensors accumulating on the device, likely: {rate}/step; {TENSOR_FIX}"
 
 
-def _host_ram_bytes() -> int | None:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return None
-
-
 # the hook ----------------------------------------------------------------------------------------
 class LeakWatch(StepHook):
     """Feeds end-of-step device allocated (CUDA) and the host heap to a detector each, and emits
@@ -317,7 +310,7 @@ class LeakWatch(StepHook):
         host = "host_heap" if heap_counters() is not None else "host_rss"  # RSS: not glibc
         counters = ("device_allocated", host) if self._is_cuda else (host,)
         self.detectors = {name: LeakDetector(name, self.config) for name in counters}
-        self._host_total = _host_ram_bytes() if self._is_cuda else ctx.device_total_bytes
+        self._host_total = host_ram_bytes() if self._is_cuda else ctx.device_total_bytes
 
     def end_step(self, step: int, tensors: StepTensors, sample: StepSample) -> None:
         gap_s = None

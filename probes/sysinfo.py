@@ -29,7 +29,8 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine() or "unknown"
 
 
-def _ram_bytes() -> int | None:
+def host_ram_bytes() -> int | None:
+    """Physical RAM of this machine (MemTotal), or None where it cannot be read."""
     try:
         with open("/proc/meminfo", encoding="ascii") as fh:
             for line in fh:
@@ -71,7 +72,7 @@ def host_info() -> dict[str, Any]:
     return {
         "cpu_model": _cpu_model(),
         "cpu_count": os.cpu_count(),
-        "ram_bytes": _ram_bytes(),
+        "ram_bytes": host_ram_bytes(),
         "os": platform.platform(),
         "python": platform.python_version(),
         "torch": getattr(torch_mod, "__version__", None) or _version("torch"),

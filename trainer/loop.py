@@ -24,7 +24,7 @@ from probes.memory import MemoryProbe
 from probes.nvml import NvmlPoller
 from probes.rundir import MetricsWriter, write_json
 from probes.sample import Event, StepSample
-from probes.sysinfo import system_info
+from probes.sysinfo import host_ram_bytes, system_info
 from trainer.config import TrainConfig
 from trainer.control import TrainControl
 from trainer.data import BatchSampler, load_corpus
@@ -151,7 +151,7 @@ class Trainer:
                 name = torch.cuda.get_device_name(device)
                 total = torch.cuda.get_device_properties(device).total_memory
             else:
-                name, total = "CPU", _host_total_bytes()
+                name, total = "CPU", host_ram_bytes()
             self._set_status(state="running", device_name=name, device_total_bytes=total,
                              params=model.num_params())
             ctx = RunContext(cfg, model, optimizer, scaler, device, amp, self.run_dir, memory,
@@ -332,17 +332,6 @@ class Trainer:
                 "growth_bytes_per_step": growth}))
             self.control.stop(reason)
         return watched
-
-
-def _host_total_bytes() -> int | None:
-    try:
-        with open("/proc/meminfo", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("MemTotal:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
 
 
 def _failure_artifacts(run_dir: Path, exc: BaseException, device: torch.device) -> dict:
