@@ -7,6 +7,7 @@ into None, which the UI shows as "n/a".
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from dataclasses import dataclass
@@ -19,11 +20,35 @@ class NvmlReading:
     device_total_bytes: int | None
     device_name: str | None
 
+    @property
+    def driver_bytes(self) -> int | None:
+        """This process's memory when NVML can see our pid; else the whole device's use.
+
+        Inside a container with its own PID namespace NVML lists host pids, so our own never
+        matches: the device figure is then the honest stand-in (the run_started label says so).
+        """
+        return self.process_used_bytes if self.process_used_bytes is not None else \
+            self.device_used_bytes
+
 
 class NvmlPoller:
     """Polls one GPU's memory in a daemon thread; ``latest`` is safe to read from any thread."""
 
-    def __init__(self, index: int, interval_s: float = 0.5) -> None:
+    @classmethod
+    def for_cuda_device(cls, device: object, interval_s: float = 0.5) -> NvmlPoller:
+        """The poller for a torch CUDA device, matched by UUID: CUDA and NVML number GPUs
+        differently under CUDA_VISIBLE_DEVICES or the default CUDA_DEVICE_ORDER."""
+        uuid = None
+        index = getattr(device, "index", None) or 0
+        try:
+            import torch
+
+            uuid = str(torch.cuda.get_device_properties(index).uuid)
+        except Exception:
+            pass
+        return cls(index, interval_s, uuid=uuid)
+
+    def __init__(self, index: int, interval_s: float = 0.5, uuid: str | None = None) -> None:
         self.index = index
         self.interval_s = interval_s
         self.latest: NvmlReading | None = None
@@ -38,7 +63,13 @@ class NvmlPoller:
             import pynvml
 
             pynvml.nvmlInit()
-            self._handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            self._handle = None
+            if uuid:
+                with contextlib.suppress(Exception):
+                    text = uuid if uuid.startswith("GPU-") else f"GPU-{uuid}"
+                    self._handle = pynvml.nvmlDeviceGetHandleByUUID(text)
+            if self._handle is None:
+                self._handle = pynvml.nvmlDeviceGetHandleByIndex(index)
             name = pynvml.nvmlDeviceGetName(self._handle)
             self._name = name.decode() if isinstance(name, bytes) else str(name)
             self._total = int(pynvml.nvmlDeviceGetMemoryInfo(self._handle).total)
@@ -65,6 +96,8 @@ class NvmlPoller:
             return NvmlReading(process_used, device_used, self._total, self._name)
         except Exception as exc:  # NVML failing mid-run: degrade, don't crash
             self.error = f"NVML read failed: {exc}"
+            with contextlib.suppress(Exception):
+                nv.nvmlShutdown()
             self._nvml = None
             return None
 

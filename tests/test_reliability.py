@@ -8,7 +8,7 @@ import os
 import signal
 import subprocess
 import sys
-import time
+import threading
 
 import torch
 from conftest import ROOT, in_thread, run_cli
@@ -93,10 +93,14 @@ def test_memory_guard_stops_a_leak_before_the_limit(tiny_config):
     assert trainer.exit_code == 0
     assert trainer.status.stop_reason.startswith("memory guard")
     assert len(sink.samples) < 400
-    assert max(s.host_rss_bytes for s in sink.samples) <= limit
     _, events, _ = read_metrics(run_dir / "metrics.jsonl")
     guard = next(e for e in events if e["event"] == "memory_guard")
     assert guard["limit_bytes"] == limit and guard["growth_bytes_per_step"] > 0
+    # it stopped at the step whose growth would carry it past the limit, not later
+    last = sink.samples[-1]
+    assert last.step == guard["step"]
+    assert last.host_rss_bytes + guard["growth_bytes_per_step"] > limit
+    assert sink.samples[-2].host_rss_bytes <= limit
 
 
 def _start_headless(tmp_path, *extra):
@@ -108,14 +112,20 @@ def _start_headless(tmp_path, *extra):
         stdin=subprocess.DEVNULL)
 
 
-def _wait_for_steps(proc, n, timeout=60):
-    deadline = time.monotonic() + timeout
-    for line in proc.stdout:
-        if line.startswith("step") and int(line.split()[1]) >= n:
-            return
-        if time.monotonic() > deadline:
-            break
-    raise AssertionError("the headless run did not reach the step in time")
+def _wait_for_steps(proc, n, timeout=90):
+    """Read the child's lines on a thread, so a stuck child fails the test instead of hanging."""
+    reached = threading.Event()
+
+    def read() -> None:
+        for line in proc.stdout:
+            if line.startswith("step") and int(line.split()[1]) >= n:
+                reached.set()
+        reached.set()  # EOF: let the caller look at the exit status
+
+    threading.Thread(target=read, daemon=True).start()
+    if not reached.wait(timeout) or proc.poll() is not None:
+        proc.kill()
+        raise AssertionError("the headless run did not reach the step in time")
 
 
 def _check_interrupted_run(tmp_path, signame):
@@ -133,7 +143,8 @@ def test_sigint_mid_run_keeps_every_row_and_exits_130(tmp_path):
     proc = _start_headless(tmp_path)
     _wait_for_steps(proc, 5)
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+    proc.wait(timeout=60)
+    err = proc.stderr.read()
     assert proc.returncode == 130, err
     assert "Traceback" not in err
     _check_interrupted_run(tmp_path, "SIGINT")
@@ -143,7 +154,7 @@ def test_sigterm_mid_run_exits_143(tmp_path):
     proc = _start_headless(tmp_path)
     _wait_for_steps(proc, 5)
     proc.send_signal(signal.SIGTERM)
-    proc.communicate(timeout=60)
+    proc.wait(timeout=60)
     assert proc.returncode == 143
     _check_interrupted_run(tmp_path, "SIGTERM")
 
@@ -160,4 +171,27 @@ def test_a_failing_headless_run_exits_non_zero(tmp_path):
                      "--run-dir", str(tmp_path), *TINY_ARGS)
     assert result.returncode == 1, result.stdout[-2000:]
     assert "NonFiniteError" in result.stdout
-    _ = TrainControl  # the same control object the dashboard uses
+
+
+def test_stop_during_a_profiler_window_closes_it_before_run_finished(tiny_config):
+    from trainer.instruments import build_hooks
+
+    cfg = tiny_config(steps=0, profile_at=[3], profile_active=50)
+    control = TrainControl()
+    sink = Collect()
+
+    def stop_at_8(record) -> None:
+        if getattr(record, "step", 0) == 8 and hasattr(record, "tokens_per_s"):
+            assert record.profiling  # the window is open at this step
+            control.stop("quit during a profiler window")
+
+    run_dir = create_run_dir(cfg.run_dir)
+    trainer = Trainer(cfg, run_dir, control=control, sinks=[sink, stop_at_8],
+                      hooks=build_hooks(cfg))
+    assert in_thread(trainer.run) == 0
+    assert not torch.autograd.profiler._is_profiler_enabled
+    _, events, bad = read_metrics(run_dir / "metrics.jsonl")
+    names = [e["event"] for e in events]
+    assert bad == 0 and names[-1] == "run_finished"
+    assert "profile_started" in names and "profile_cancelled" in names
+    assert names.index("profile_cancelled") < names.index("run_finished")

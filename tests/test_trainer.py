@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import math
-import threading
 import time
 
 import pytest
-import torch
 
 from probes.hooks import StepHook
 from probes.rundir import create_run_dir, read_metrics
@@ -126,7 +124,9 @@ def test_pause_stops_the_step_counter_and_stop_ends_the_thread(tiny_config):
     while len(sink.samples) < 3 and time.monotonic() < deadline:
         time.sleep(0.02)
     control.pause()
-    time.sleep(0.3)  # let the step in flight finish
+    while trainer.status.state != "paused" and time.monotonic() < deadline:
+        time.sleep(0.02)  # the step in flight finishes first
+    assert trainer.status.state == "paused"
     paused_at = trainer.status.step
     time.sleep(0.5)
     assert trainer.status.step == paused_at
@@ -138,7 +138,7 @@ def test_pause_stops_the_step_counter_and_stop_ends_the_thread(tiny_config):
     control.stop()
     assert trainer.join(timeout=30)
     assert trainer.exit_code == 0 and trainer.status.state == "stopped"
-    assert threading.active_count() >= 1
+    assert not trainer.alive
 
 
 def test_stop_while_paused_still_ends(tiny_config):
@@ -158,12 +158,27 @@ def test_peak_is_reset_after_warmup(tiny_config):
     _, sink, _, _ = _in_thread(lambda: run_trainer(cfg))
     peaks = [s.peak_allocated_bytes for s in sink.samples]
     assert all(p is not None for p in peaks)
-    assert peaks[2] <= peaks[1]  # start-up allocations leave the peak at the reset
+    # the reset at step 3 starts the peak over from that step's end-of-step heap
+    assert peaks[2] == sink.samples[2].allocated_bytes < peaks[1]
     assert all(math.isfinite(s.loss) for s in sink.samples)
+
+
+def test_a_failing_sink_is_dropped_and_training_goes_on(tiny_config):
+    def broken(record) -> None:
+        raise BrokenPipeError("the reader went away")
+
+    cfg = tiny_config(steps=5)
+    sink = Collect()
+    run_dir = create_run_dir(cfg.run_dir)
+    trainer = Trainer(cfg, run_dir, sinks=[broken, sink])
+    assert _in_thread(trainer.run) == 0
+    assert len(sink.samples) == 5 and broken not in trainer.sinks
+    assert trainer.sink_errors == ["BrokenPipeError: the reader went away"]
+    _, events, _ = read_metrics(run_dir / "metrics.jsonl")
+    assert events[-1]["event"] == "run_finished" and events[-1]["reason"] == "finished"
 
 
 def test_fp16_on_cpu_uses_a_grad_scaler(tiny_config):
     cfg = tiny_config(steps=2, amp="fp16")
     _, sink, _, code = _in_thread(lambda: run_trainer(cfg))
-    assert code == 0 and all(s.scale is not None for s in sink.samples)
-    assert torch.get_num_threads() >= 1
+    assert code == 0 and all(s.scale == 65536.0 for s in sink.samples)

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from trainer.data import corpus_bytes
 from trainer.model import ATTENTION_KINDS, GPTConfig
 
 AMP_MODES = ("auto", "off", "bf16", "fp16")
 LEAK_KINDS = ("graph", "logits")
+MAX_BLOCK_SIZE = 8192  # the causal mask is block_size² bools; the shipped text is ~8k bytes
 
 
 def resolve_device(text: str) -> torch.device:
@@ -94,10 +97,19 @@ class TrainConfig:
                              f"{self.block_size}; raise --block-size or lower --seq-len")
         if self.dim % self.heads != 0:
             raise ValueError(f"--dim {self.dim} must be divisible by --heads {self.heads}")
-        if not self.lr > 0 or self.lr != self.lr or self.lr == float("inf"):
+        if not (math.isfinite(self.lr) and self.lr > 0):
             raise ValueError(f"--lr must be a positive finite number, got {self.lr}")
-        if self.grad_clip < 0:
-            raise ValueError(f"--grad-clip must be zero or positive, got {self.grad_clip}")
+        if not (math.isfinite(self.grad_clip) and self.grad_clip >= 0):
+            raise ValueError(f"--grad-clip must be zero or a positive finite number, "
+                             f"got {self.grad_clip}")
+        if not 0 <= self.seed < 2**63:
+            raise ValueError(f"--seed must be between 0 and 2**63 - 1, got {self.seed}")
+        if self.block_size > MAX_BLOCK_SIZE:
+            raise ValueError(f"--block-size {self.block_size} is above {MAX_BLOCK_SIZE}; the "
+                             "shipped text is shorter than that")
+        if self.seq_len > corpus_bytes() - 2:
+            raise ValueError(f"--seq-len {self.seq_len} is longer than the shipped text allows "
+                             f"({corpus_bytes() - 2} tokens)")
         if self.attention not in ATTENTION_KINDS:
             raise ValueError(f"unknown attention {self.attention!r}; "
                              f"use one of {', '.join(ATTENTION_KINDS)}")
@@ -130,20 +142,6 @@ class TrainConfig:
         data["resolved_device"] = str(self.torch_device)
         data["resolved_amp"] = self.amp_mode
         return data
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> TrainConfig:
-        """Rebuild from config.json; ValueError on unknown or mistyped keys."""
-        if not isinstance(data, dict):
-            raise ValueError("config must be a JSON object")
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = set(data) - names - {"resolved_device", "resolved_amp"}
-        if unknown:
-            raise ValueError(f"unknown config key(s): {', '.join(sorted(unknown))}")
-        try:
-            return cls(**{k: v for k, v in data.items() if k in names})
-        except TypeError as exc:
-            raise ValueError(f"malformed config: {exc}") from None
 
 
 def _flag(name: str) -> str:

@@ -9,6 +9,11 @@ import torch
 TEXT_NAME = "sonnets.txt"
 
 
+def corpus_bytes() -> int:
+    """Length of the shipped text in tokens (bytes), for validating --seq-len up front."""
+    return len(resources.files("trainer").joinpath("data", TEXT_NAME).read_bytes())
+
+
 def load_corpus() -> torch.Tensor:
     """The shipped text as a 1-D uint8 tensor of byte values; nothing is downloaded."""
     raw = resources.files("trainer").joinpath("data", TEXT_NAME).read_bytes()

@@ -73,6 +73,8 @@ class Trainer:
         self._writer: MetricsWriter | None = None
         self._t0 = time.perf_counter()
         self.leak = LeakInjector(config.leak)
+        self._open_hooks: list[StepHook] = []  # closed once, before run_finished
+        self.sink_errors: list[str] = []  # sinks dropped because they raised
 
     # thread management -------------------------------------------------------------------------
     def start(self) -> threading.Thread:
@@ -106,20 +108,29 @@ class Trainer:
                     self._writer.write_event(record)
             except OSError as exc:  # disk full, file system gone: stop cleanly, keep the UI up
                 self._writer_failed(exc, record)
-        for sink in self.sinks:
-            sink(record)
+        self._to_sinks(record)
+
+    def _to_sinks(self, record: Record) -> None:
+        """A sink that fails (a closed pipe, a UI bug) is dropped; it never stops the training."""
+        for sink in list(self.sinks):
+            try:
+                sink(record)
+            except Exception as exc:
+                self.sinks.remove(sink)
+                self.sink_errors.append(f"{type(exc).__name__}: {exc}")
 
     def _writer_failed(self, exc: OSError, record: Record) -> None:
-        path = self._writer.path if self._writer is not None else "metrics.jsonl"
-        self._writer = None  # every earlier row is complete on disk; stop writing, stop training
+        writer, self._writer = self._writer, None  # stop writing; every earlier row is complete
+        if writer is not None:
+            writer.close()
         self.write_failed = True
+        path = writer.path if writer is not None else "metrics.jsonl"
         reason = (f"cannot write {path}: {exc.strerror or exc}; training stopped, "
                   f"rows up to step {max(0, record.step - 1)} are saved")
         self.control.stop(reason)
         self._set_status(stop_reason=reason)
-        event = Event("metrics_write_failed", record.step, self.elapsed_s(), {"reason": reason})
-        for sink in self.sinks:
-            sink(event)
+        self._to_sinks(Event("metrics_write_failed", record.step, self.elapsed_s(),
+                             {"reason": reason}))
 
     def _set_profile_phase(self, phase: str | None) -> None:
         self._set_status(profile_phase=phase)
@@ -132,21 +143,25 @@ class Trainer:
         """Train; returns 0 when finished or stopped, 1 when the training failed."""
         cfg = self.config
         self._t0 = time.perf_counter()
-        write_json(self.run_dir / "config.json", cfg.to_json())
-        self._writer = MetricsWriter(self.run_dir / "metrics.jsonl")
         nvml: NvmlPoller | None = None
-        step = 0
+        memory: MemoryProbe | None = None
+        finish: dict[str, str] = {"reason": "failed"}
+        self._open_hooks = list(self.hooks)
         try:
+            write_json(self.run_dir / "config.json", cfg.to_json())
+            self._writer = MetricsWriter(self.run_dir / "metrics.jsonl")
             torch.manual_seed(cfg.seed)
             device = cfg.torch_device
             amp = cfg.amp_mode
             memory = MemoryProbe(device)
+            if device.type == "cuda":
+                _record_allocator_history(device)
             model = GPT(cfg.model_config()).to(device)
             optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.1)
             scaler = torch.amp.GradScaler(device.type) if amp == "fp16" else None
             batches = BatchSampler(load_corpus(), cfg.batch_size, cfg.seq_len, cfg.seed, device)
             if device.type == "cuda":
-                nvml = NvmlPoller(device.index or 0)
+                nvml = NvmlPoller.for_cuda_device(device)
                 nvml.start()
                 name = torch.cuda.get_device_name(device)
                 total = torch.cuda.get_device_properties(device).total_memory
@@ -162,40 +177,44 @@ class Trainer:
                 "device": str(device), "device_name": name, "device_total_bytes": total,
                 "amp": amp, "params": model.num_params(),
                 "counters": memory.counter_source,
-                "driver_counter": ("NVML process memory" if nvml and nvml.available
-                                   else "n/a (NVML unavailable)") if device.type == "cuda"
-                                  else "process RSS (/proc/self/statm)",
+                "driver_counter": _driver_counter_label(device, nvml),
                 "nvml_error": nvml.error if nvml else None,
                 "system": system_info(device),  # hardware/software for the report
             }))
-            step = self._train(model, optimizer, scaler, batches, memory, nvml, device, amp)
+            self._train(model, optimizer, scaler, batches, memory, nvml, device, amp)
+            self._close_hooks()  # a profiler window cut short reports before run_finished
             reason = self.control.stop_reason or "finished"
+            finish = {"reason": reason}
             self._set_status(state="stopped", stop_reason=reason)
-            self.emit(Event("run_finished", step, self.elapsed_s(), {"reason": reason}))
             self.exit_code = 1 if self.write_failed else 0
         except Exception as exc:  # a monitoring tool stays up when the training fails
-            step = self.status.step
             message = f"{type(exc).__name__}: {exc}"
             data = {"error_type": type(exc).__name__, "message": str(exc),
                     "traceback": traceback.format_exc()}
             data.update(_failure_artifacts(self.run_dir, exc, self.config.torch_device))
             self._set_status(state="failed", error=message, stop_reason=message)
-            try:
-                self.emit(Event("error", step, self.elapsed_s(), data))
-                self.emit(Event("run_finished", step, self.elapsed_s(), {"reason": "failed"}))
-            except Exception:
-                pass
+            self.emit(Event("error", self.status.step, self.elapsed_s(), data))
             self.exit_code = 1
         finally:
-            for hook in self.hooks:
-                with contextlib.suppress(Exception):
-                    hook.close()
+            self._close_hooks()
+            with contextlib.suppress(Exception):
+                self.emit(Event("run_finished", self.status.step, self.elapsed_s(), finish))
             if nvml is not None:
                 nvml.stop()
+            if memory is not None:
+                memory.close()
             self.leak.stop()
             if self._writer is not None:
                 self._writer.close()
+            if self.exit_code is None:  # an exception this loop did not expect
+                self.exit_code = 1
         return self.exit_code
+
+    def _close_hooks(self) -> None:
+        hooks, self._open_hooks = self._open_hooks, []
+        for hook in hooks:
+            with contextlib.suppress(Exception):
+                hook.close()
 
     def _train(self, model: GPT, optimizer: torch.optim.Optimizer,
                scaler: torch.amp.GradScaler | None, batches: BatchSampler, memory: MemoryProbe,
@@ -208,6 +227,8 @@ class Trainer:
         step = 0
         prev_watched: int | None = None
         model.train()
+        if cfg.warmup_steps == 0:
+            memory.reset_peak()  # no warmup: the peak starts with the first step
         while cfg.steps == 0 or step < cfg.steps:
             if self.control.paused:
                 self._set_status(state="paused")
@@ -264,7 +285,7 @@ class Trainer:
             driver = reading.host_rss_bytes
             if device.type == "cuda":
                 latest = nvml.latest if nvml is not None else None
-                driver = latest.process_used_bytes if latest is not None else None
+                driver = latest.driver_bytes if latest is not None else None
             sample = StepSample(
                 step=step, time_s=self.elapsed_s(), loss=loss_value,
                 tokens_per_s=tokens / step_s if step_s > 0 else 0.0, step_ms=step_s * 1000.0,
@@ -332,6 +353,20 @@ class Trainer:
                 "growth_bytes_per_step": growth}))
             self.control.stop(reason)
         return watched
+
+
+def _driver_counter_label(device: torch.device, nvml: NvmlPoller | None) -> str:
+    if device.type != "cuda":
+        return "process RSS (/proc/self/statm)"
+    if nvml is None or not nvml.available:
+        return "n/a (NVML unavailable)"
+    return "NVML memory of this process (all processes' when the pid is not visible)"
+
+
+def _record_allocator_history(device: torch.device) -> None:
+    """Keep a bounded allocation history so a failure's snapshot opens in memory_viz with stacks."""
+    with contextlib.suppress(Exception):
+        torch.cuda.memory._record_memory_history(max_entries=100_000, device=device)
 
 
 def _failure_artifacts(run_dir: Path, exc: BaseException, device: torch.device) -> dict:

@@ -150,9 +150,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             from tui.report_cmd import run_report
 
             return run_report(args.run_dir)
-        if not args.headless and not (sys.stdout.isatty() and sys.stdin.isatty()):
-            raise UsageError("memtop train: no terminal here (stdout or stdin is not a TTY); "
+        terminal = sys.stdin.isatty() and sys.stdout.isatty() and sys.stderr.isatty()
+        if not args.headless and not terminal:  # Textual draws on stderr: all three must be TTYs
+            raise UsageError("memtop train: no terminal here (stdin, stdout or stderr is not a "
+                             "TTY); "
                              "use `memtop train --headless` for plain output")
+        if args.log_every < 1:
+            raise UsageError(f"memtop train: --log-every must be a positive integer, "
+                             f"got {args.log_every}")
         config = config_from_args(args)
         from probes.rundir import RunDirError, create_run_dir
 

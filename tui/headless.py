@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import sys
 import threading
@@ -97,6 +99,16 @@ def run_headless(config: TrainConfig, run_dir: Path, log_every: int = 10,
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    if trainer.sink_errors:  # e.g. `| head`: the reader went away, the run carried on
+        _quiet_stdout()
     if received:
         return EXIT_SIGINT if received[0] == signal.SIGINT else EXIT_SIGTERM
-    return trainer.exit_code or 0
+    return 1 if trainer.exit_code is None else trainer.exit_code
+
+
+def _quiet_stdout() -> None:
+    """After a closed pipe, send stdout to /dev/null so the exit flush prints no traceback."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
