@@ -16,7 +16,6 @@ class TrainControl:
         self._stop = threading.Event()
         self._profile_requests = 0
         self._leak_toggles = 0
-        self._report_requests = 0
         self.stop_reason: str | None = None
 
     # pause / resume / stop -------------------------------------------------------------------
@@ -67,13 +66,9 @@ class TrainControl:
         with self._lock:
             self._leak_toggles += 1
 
-    def request_report(self) -> None:
+    def take_requests(self) -> tuple[int, int]:
+        """(profile, leak) requests since the last call; the trainer calls this at each step."""
         with self._lock:
-            self._report_requests += 1
-
-    def take_requests(self) -> tuple[int, int, int]:
-        """(profile, leak, report) requests since the last call; the trainer calls this per step."""
-        with self._lock:
-            taken = (self._profile_requests, self._leak_toggles, self._report_requests)
-            self._profile_requests = self._leak_toggles = self._report_requests = 0
+            taken = (self._profile_requests, self._leak_toggles)
+            self._profile_requests = self._leak_toggles = 0
         return taken

@@ -309,7 +309,7 @@ class Trainer:
         return step
 
     def _handle_requests(self, step: int) -> None:
-        profile, leak, _report = self.control.take_requests()
+        profile, leak = self.control.take_requests()
         for _ in range(leak):
             self.toggle_leak(step)
         cfg = self.config
