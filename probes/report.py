@@ -7,27 +7,38 @@ exist, marked incomplete; a folder that is not a run raises ReportError and noth
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
-import json
 import math
 import os
 import re
+import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
+from probes.report_read import (
+    LEAK_EVENTS,
+    ReportError,
+    finite_num,
+    is_int,
+    read_config,
+    read_rows,
+)
 from probes.report_text import finding, render_markdown
 from probes.rundir import write_json
 from probes.sysinfo import host_info
 
 REPORT_VERSION = 1
-SYNC_RULE = "loss.item() once per step (the loop's only host sync); no extra synchronize"
-LEAK_EVENTS = ("leak_suspected", "leak_cleared", "leak_demo_started", "leak_demo_stopped",
-               "memory_guard")
+SYNC_RULE = ("one blocking host sync per step, at loss.item(); the grad norm and the GradScaler "
+             "scale are read after it (already computed); with fp16 on CUDA, GradScaler.step also "
+             "syncs to check for inf/nan gradients; no explicit synchronize")
 # Dense peak FLOP/s from vendor datasheets (no sparsity): (name pattern, {compute dtype: FLOP/s}).
 # fp32 means plain FP32 (torch leaves TF32 matmuls off by default).
 PEAK_FLOPS: tuple[tuple[str, dict[str, float]], ...] = (
     (r"H100.*PCIe", {"bf16": 756e12, "fp16": 756e12, "fp32": 51e12}),
-    (r"H100.*NVL", {"bf16": 835e12, "fp16": 835e12, "fp32": 60e12}),
+    # H100 NVL and H200 NVL share the lower-clocked figures; before the SXM/GH200 catch-all.
+    (r"H[12]00.*NVL", {"bf16": 835e12, "fp16": 835e12, "fp32": 60e12}),
     (r"H100|H200|GH200", {"bf16": 989e12, "fp16": 989e12, "fp32": 67e12}),
     (r"A100", {"bf16": 312e12, "fp16": 312e12, "fp32": 19.5e12}),
     (r"L40S", {"bf16": 362e12, "fp16": 362e12, "fp32": 91.6e12}),
@@ -39,73 +50,12 @@ PEAK_FLOPS: tuple[tuple[str, dict[str, float]], ...] = (
 )
 
 
-class ReportError(ValueError):
-    """The folder is not a readable run (missing, no metrics, junk, bad config): exit 2."""
+# One writer at a time: `r` twice, `r` then `q`, or the quit thread and shutdown() after a forced
+# quit would otherwise build and replace report.json/report.md from two threads at once.
+_WRITE_LOCK = threading.Lock()
 
 
-# reading -----------------------------------------------------------------------------------------
-def _read_config(run_dir: Path) -> dict[str, Any]:
-    path = run_dir / "config.json"
-    if not path.is_file():
-        raise ReportError(f"{run_dir} has no config.json: not a memtop run folder")
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ReportError(f"{path} is not valid JSON ({type(exc).__name__})") from None
-    if not isinstance(config, dict):
-        raise ReportError(f"{path} is not a JSON object")
-    for key in ("batch_size", "seq_len", "layers", "heads", "dim"):
-        value = config.get(key)
-        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-            raise ReportError(f"{path}: {key} is {value!r}, not a positive integer")
-    warmup = config.get("warmup_steps", 0)
-    if not isinstance(warmup, int) or isinstance(warmup, bool) or warmup < 0:
-        raise ReportError(f"{path}: warmup_steps is {warmup!r}, not a non-negative integer")
-    return config
-
-
-def read_rows(path: Path) -> dict[str, Any]:
-    """Step rows, event rows, unreadable-line count, and whether the last line was cut short."""
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise ReportError(f"cannot read {path}: {exc.strerror or exc}") from None
-    lines = raw.decode("utf-8", errors="replace").split("\n")
-    steps: list[dict[str, Any]] = []
-    events: list[dict[str, Any]] = []
-    bad = 0
-    last_bad = False
-    for line in lines:
-        line = line.strip()
-        if not line:
-            continue
-        try:
-            row = json.loads(line)
-        except ValueError:
-            row = None
-        ok = isinstance(row, dict) and (
-            isinstance(row.get("event"), str) or _is_int(row.get("step")))
-        if ok and "event" in row:
-            events.append(row)
-        elif ok:
-            steps.append(row)
-        else:
-            bad += 1
-        last_bad = not ok
-    truncated = bool(raw) and (last_bad or not raw.endswith(b"\n"))
-    return {"steps": steps, "events": events, "bad": bad, "truncated": truncated}
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _num(v: Any) -> float | None:
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return None
-    return float(v) if math.isfinite(v) else None
-
-
+# building -----------------------------------------------------------------------------------------
 def percentile(values: list[float], q: float) -> float | None:
     """Linear interpolation between closest ranks (numpy's default); p50 is the median."""
     if not values:
@@ -137,7 +87,7 @@ def _flops_per_token(config: dict[str, Any], params: int | None) -> dict[str, An
     if not params:
         return None
     L, D, T = config["layers"], config["dim"], config["seq_len"]
-    block = config.get("block_size") if _is_int(config.get("block_size")) else T
+    block = config.get("block_size") if is_int(config.get("block_size")) else T
     n = params - block * D
     return {"flops_per_token": 6 * n + 12 * L * D * T, "non_embedding_params": n,
             "formula": "6N + 12·L·D·T (nanoGPT estimate_mfu; N excludes the position table)"}
@@ -156,19 +106,19 @@ def _steps_for_stats(steps: list[dict[str, Any]], warmup: int) -> tuple[list[dic
 def _results(config: dict, steps: list[dict], started: dict) -> dict:
     warmup = config.get("warmup_steps", 0)
     stats_rows, over = _steps_for_stats(steps, warmup)
-    losses = [x for x in (_num(r.get("loss")) for r in steps) if x is not None]
-    tps = [x for x in (_num(r.get("tokens_per_s")) for r in stats_rows) if x is not None]
-    ms = [x for x in (_num(r.get("step_ms")) for r in stats_rows) if x is not None]
+    losses = [x for x in (finite_num(r.get("loss")) for r in steps) if x is not None]
+    tps = [x for x in (finite_num(r.get("tokens_per_s")) for r in stats_rows) if x is not None]
+    ms = [x for x in (finite_num(r.get("step_ms")) for r in stats_rows) if x is not None]
     after_reset = [r for r in steps if r["step"] >= max(warmup, 1)] or steps
 
     def peak(rows: list[dict], key: str) -> int | None:
-        vals = [_num(r.get(key)) for r in rows]
+        vals = [finite_num(r.get(key)) for r in rows]
         vals = [v for v in vals if v is not None]
         return int(max(vals)) if vals else None
 
     last = steps[-1] if steps else {}
     amp = str(started.get("amp") or config.get("resolved_amp") or config.get("amp") or "off")
-    params = started.get("params") if _is_int(started.get("params")) else None
+    params = started.get("params") if is_int(started.get("params")) else None
     flops = _flops_per_token(config, params)
     tps50 = percentile(tps, 50)
     device_name = started.get("device_name")
@@ -179,7 +129,7 @@ def _results(config: dict, steps: list[dict], started: dict) -> dict:
         "steps_recorded": len(steps),
         "last_step": last.get("step"),
         "stats_over": over, "stats_steps": len(stats_rows),
-        "final_loss": _num(last.get("loss")),
+        "final_loss": finite_num(last.get("loss")),
         "mean_loss": sum(losses) / len(losses) if losses else None,
         "mean_loss_over": "all recorded steps with a finite loss",
         "tokens_per_s_p50": tps50,
@@ -190,8 +140,8 @@ def _results(config: dict, steps: list[dict], started: dict) -> dict:
         "host_rss_peak_bytes": peak(steps, "host_rss_bytes"),
         "peaks_note": ("Peak allocated since the reset after warmup (CPU: max of sampled "
                        "heap readings); reserved and driver: max of step-end samples"),
-        "skipped_steps": last.get("skipped_steps") if _is_int(last.get("skipped_steps")) else 0,
-        "wall_s": _num(last.get("time_s")),
+        "skipped_steps": last.get("skipped_steps") if is_int(last.get("skipped_steps")) else 0,
+        "wall_s": finite_num(last.get("time_s")),
         "tokens_trained": len(steps) * config["batch_size"] * config["seq_len"],
         "flops_per_token": flops["flops_per_token"] if flops else None,
         "flops_formula": flops["formula"] if flops else None,
@@ -203,8 +153,21 @@ def _results(config: dict, steps: list[dict], started: dict) -> dict:
 
 
 def build_report(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
-    """Everything report.md shows, as plain JSON-able data. ReportError if not a run folder."""
-    run_dir = Path(run_dir)
+    """Everything report.md shows, as plain JSON-able data. ReportError if not a run folder.
+
+    Any other exception means input this reader did not foresee: it becomes a ReportError too,
+    so `memtop report` says so in one line (exit 2) instead of failing as a crash.
+    """
+    try:
+        return _build_report(Path(run_dir))
+    except ReportError:
+        raise
+    except Exception as exc:
+        raise ReportError(f"{run_dir}: unexpected content in the run's files "
+                          f"({type(exc).__name__}: {exc})") from None
+
+
+def _build_report(run_dir: Path) -> dict[str, Any]:
     if not run_dir.exists():
         raise ReportError(f"{run_dir} does not exist")
     if not run_dir.is_dir():
@@ -212,14 +175,14 @@ def build_report(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
     metrics = run_dir / "metrics.jsonl"
     if not metrics.is_file():
         raise ReportError(f"{run_dir} has no metrics.jsonl: not a memtop run folder")
-    config = _read_config(run_dir)
+    config = read_config(run_dir)
     rows = read_rows(metrics)
     steps, events = rows["steps"], rows["events"]
     if not steps and not events:
         what = f"{rows['bad']} unreadable lines" if rows["bad"] else "no rows"
         raise ReportError(f"{metrics} holds {what}: nothing to report")
     steps.sort(key=lambda r: r["step"])
-    started = next((e for e in events if e.get("event") == "run_started"), {})
+    started = next((e for e in events if e["event"] == "run_started"), {})
     finished = next((e for e in reversed(events) if e.get("event") == "run_finished"), None)
     ledgers = [e for e in events if e.get("event") == "ledger" and isinstance(e.get("lines"), list)]
     ledger = ledgers[-1] if ledgers else None
@@ -261,7 +224,7 @@ def build_report(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
                   "params": started.get("params")},
         "input": {"batch_size": config["batch_size"], "seq_len": config["seq_len"],
                   "tokens_per_step": config["batch_size"] * config["seq_len"],
-                  "token_dtype": "int64", "param_dtype": model_info.get("param_dtype", "float32"),
+                  "token_dtype": "int64", "param_dtype": model_info.get("param_dtype") or "float32",
                   "compute_dtype": {"bf16": "bfloat16 (autocast)",
                                     "fp16": "float16 (autocast + GradScaler)"}.get(amp,
                                                                                    "float32")},
@@ -306,18 +269,40 @@ def _profiles(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return windows
 
 
-def write_report(run_dir: str | os.PathLike[str]) -> Path:
-    """Write report.json and report.md (atomically) into the run folder; returns report.md."""
-    run_dir = Path(run_dir)
-    report = build_report(run_dir)
-    text = render_markdown(report)
+def _write_text(path: Path, text: str) -> None:
+    """Temp file with a unique name + rename: a reader never sees half a report.md."""
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
     try:
-        write_json(run_dir / "report.json", report)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def write_report(run_dir: str | os.PathLike[str]) -> Path:
+    """Write report.json and report.md (atomically) into the run folder; returns report.md.
+
+    Serialised by a lock, so writers on several threads replace the files one after the other.
+    """
+    run_dir = Path(run_dir)
+    with _WRITE_LOCK:
+        report = build_report(run_dir)
+        try:
+            text = render_markdown(report)
+        except Exception as exc:  # a rendering gap for data build_report let through
+            raise ReportError(f"{run_dir}: cannot render the report "
+                              f"({type(exc).__name__}: {exc})") from None
         md = run_dir / "report.md"
-        tmp = md.with_name(md.name + ".tmp")
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, md)
-    except OSError as exc:
-        raise ReportError(f"cannot write the report into {run_dir}: {exc.strerror or exc}") \
-            from None
+        try:
+            write_json(run_dir / "report.json", report)
+            _write_text(md, text)
+        except OSError as exc:
+            raise ReportError(f"cannot write the report into {run_dir}: "
+                              f"{exc.strerror or exc}") from None
+        except (ValueError, RecursionError) as exc:  # e.g. a deeply nested recorded value
+            raise ReportError(f"{run_dir}: cannot serialise the report "
+                              f"({type(exc).__name__}: {exc})") from None
     return md

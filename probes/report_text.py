@@ -46,14 +46,16 @@ def _ledger_sentences(led: dict[str, Any]) -> tuple[list[str], str | None]:
         return [], None
     top = max(exact, key=lambda ln: ln["measured_bytes"])
     total = sum(ln["measured_bytes"] for ln in exact)
-    out = [f"The largest ledger line (step {led.get('sampled_step')}) is {top['name']}: "
+    if total <= 0:
+        return [], None
+    out = [f"The largest ledger line (step {led.get('sampled_step')}) is {top.get('name')}: "
            f"{format_bytes(top['measured_bytes'])}, {top['measured_bytes'] / total:.0%} of the "
            f"{format_bytes(total)} held by the tensors measured."]
-    acts = next((ln for ln in exact if ln["name"] == "saved activations"), None)
+    acts = next((ln for ln in exact if ln.get("name") == "saved activations"), None)
     if acts and isinstance(acts.get("predicted_bytes"), int) and acts["predicted_bytes"] > 0:
         off = acts["measured_bytes"] / acts["predicted_bytes"] - 1
         out.append(f"Saved activations measured {format_bytes(acts['measured_bytes'])} against "
-                   f"{format_bytes(acts['predicted_bytes'])} from {acts['formula']} "
+                   f"{format_bytes(acts['predicted_bytes'])} from {acts.get('formula')} "
                    f"({off:+.0%}).")
     alloc, explained = led.get("allocated_bytes"), led.get("explained_bytes")
     if isinstance(alloc, int) and alloc > 0 and isinstance(explained, int):
@@ -68,7 +70,7 @@ def _ledger_sentences(led: dict[str, Any]) -> tuple[list[str], str | None]:
                    "above, while workspaces and logits add to it.")
     hypothesis = None
     scores = led.get("attention_scores_bytes") or 0
-    if top["name"] == "saved activations":
+    if top.get("name") == "saved activations":
         if scores and scores >= 0.1 * top["measured_bytes"]:
             hypothesis = (f"the explicit T×T attention scores hold {format_bytes(scores)}; "
                           "--attention sdpa should remove them (and their T² growth) from the "
@@ -77,10 +79,10 @@ def _ledger_sentences(led: dict[str, Any]) -> tuple[list[str], str | None]:
             hypothesis = ("activations scale with B×T: halving --batch-size should take about "
                           "half of them off the peak (activation checkpointing trades compute "
                           "for the rest)")
-    elif top["name"] == "optimizer state":
+    elif top.get("name") == "optimizer state":
         hypothesis = ("AdamW state is 2×P×4 B whatever the AMP mode; only a smaller or sharded "
                       "optimizer state shrinks it, not lower-precision activations")
-    elif top["name"] in ("parameters", "gradients"):
+    elif top.get("name") in ("parameters", "gradients"):
         hypothesis = ("weights and gradients dominate: a larger batch costs little extra memory "
                       "and should raise tokens/s")
     return out, hypothesis
@@ -230,14 +232,14 @@ def render_markdown(r: dict[str, Any]) -> str:
     led = r.get("ledger")
     md += ["## Memory ledger", ""]
     if led:
-        rows = [[ln["name"], format_bytes(ln["measured_bytes"]),
-                 format_bytes(ln["predicted_bytes"], na="-"), ln["formula"]]
+        rows = [[ln.get("name"), format_bytes(ln.get("measured_bytes")),
+                 format_bytes(ln.get("predicted_bytes"), na="-"), ln.get("formula")]
                 for ln in led["lines"]]
         md += [f"Measured at step {led.get('sampled_step')} (B={led.get('batch_size')}, "
                f"T={led.get('seq_len')}), snapshot at {led.get('snapshot')}; "
                f"{led.get('measure_ms')} ms to measure.", "",
                table(["line", "measured", "predicted", "formula"], rows, right={1, 2}), ""]
-        md += [f"- **{ln['name']}**: {ln['note']}" for ln in led["lines"] if ln.get("note")]
+        md += [f"- **{ln.get('name')}**: {ln['note']}" for ln in led["lines"] if ln.get("note")]
         total, alloc = led.get("total_measured_bytes"), led.get("allocated_bytes")
         share = (f" ({total / alloc:.1%} of allocated)" if isinstance(total, int)
                  and isinstance(alloc, int) and alloc > 0 else "")

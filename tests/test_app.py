@@ -5,17 +5,26 @@ Waits poll a condition with a generous deadline (the machine is shared); nothing
 
 from __future__ import annotations
 
+import inspect
+import io
 import json
 import os
+import signal
+import subprocess
 import sys
+import threading
+import time
 
 import pytest
-from conftest import run_cli, wait_for
+from conftest import ROOT, TINY, run_cli, wait_for
 
 from probes.hooks import StepHook
+from probes.nvml import NvmlPoller
 from probes.sample import Event
-from tui.app import MemtopApp, stderr_to_file
-from tui.widgets.help_screen import HelpScreen
+from tui.app import MemtopApp
+from tui.dashboard_run import stderr_to_file
+from tui.format import format_value
+from tui.widgets.help_screen import CUDA_COUNTERS, HelpScreen
 
 
 def rows(app: MemtopApp) -> tuple[list[dict], list[dict]]:
@@ -24,6 +33,19 @@ def rows(app: MemtopApp) -> tuple[list[dict], list[dict]]:
         row = json.loads(line)
         (events if "event" in row else steps).append(row)
     return steps, events
+
+
+def event_names(app: MemtopApp) -> list[str]:
+    """Events in metrics.jsonl so far; a line the trainer is still writing is skipped."""
+    names = []
+    for line in (app.run_dir / "metrics.jsonl").read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if "event" in row:
+            names.append(row["event"])
+    return names
 
 
 async def test_panes_update_pause_resume_and_quit_joins_the_trainer(make_app):
@@ -35,7 +57,6 @@ async def test_panes_update_pause_resume_and_quit_joins_the_trainer(make_app):
         assert app.panes["allocated"].top_text.startswith("heap used")
         assert "MiB" in app.panes["allocated"].top_text  # glibc heap counter, real bytes
         assert app.panes["scale"].top_text.endswith("no scaler")  # bf16 on CPU
-        first = app.panes["loss"].top_text
         await wait_for(pilot, lambda: app.panes["tokens"].history
                        and len(app.panes["tokens"].history) >= 5, "history")
         assert app.panes["tokens"].spark_points > 0
@@ -50,9 +71,12 @@ async def test_panes_update_pause_resume_and_quit_joins_the_trainer(make_app):
         assert app.trainer.status.step == frozen
         assert f"step {frozen}" in app.header_bar.text
 
+        paused_points = len(app.panes["loss"].history)
         await pilot.press("space")
         await wait_for(pilot, lambda: app.trainer.status.step > frozen + 2, "resumed steps")
-        assert app.panes["loss"].top_text != first or app.panes["loss"].history
+        await wait_for(pilot, lambda: app.last_sample.step > frozen + 2, "resumed steps drawn")
+        assert len(app.panes["loss"].history) > paused_points  # the pane takes new steps again
+        assert app.panes["loss"].top_text.endswith(format_value("loss", app.last_sample.loss))
 
         await pilot.press("q")
         await wait_for(pilot, lambda: app.return_code is not None, "the app to exit")
@@ -63,6 +87,11 @@ async def test_panes_update_pause_resume_and_quit_joins_the_trainer(make_app):
     finished = [e for e in events if e["event"] == "run_finished"]
     assert finished and finished[-1]["reason"] == "stopped by user"
     assert (app.run_dir / "config.json").exists()
+
+
+def test_help_states_the_nvml_poll_rate_the_poller_uses():
+    interval = inspect.signature(NvmlPoller).parameters["interval_s"].default
+    assert f"every {interval:g} s" in " ".join(CUDA_COUNTERS)
 
 
 async def test_help_screen_opens_and_closes(make_app):
@@ -163,21 +192,170 @@ async def test_failed_training_keeps_the_dashboard_up_with_the_error(make_app):
     assert app.return_code == 1
 
 
-async def test_finished_run_stays_up_as_stopped_and_saves_a_screenshot(make_app):
+class _HeldStep(StepHook):
+    """A step that takes as long as the test wants (a long profiler analysis, a big model)."""
+
+    def __init__(self, step: int) -> None:
+        self.hold_step = step
+        self.inside = threading.Event()
+        self.release = threading.Event()
+
+    def end_step(self, step, tensors, sample) -> None:
+        if step == self.hold_step:
+            self.inside.set()
+            self.release.wait(120)
+
+
+async def test_second_q_leaves_at_once_and_shutdown_says_what_it_waits_for(make_app):
+    held = _HeldStep(3)
+    app = make_app(extra_hooks=[held])
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, held.inside.is_set, "the held step")
+        await pilot.press("q")
+        await wait_for(pilot, lambda: "STOPPING" in app.header_bar.text, "STOPPING")
+        await pilot.press("q")  # a second q: leave now, the step still runs
+        await wait_for(pilot, lambda: app.return_code is not None, "the forced exit")
+    assert app.trainer.alive and not app.finished
+
+    out = io.StringIO()
+    app.shutdown(timeout_s=0.2, out=out)  # bounded: gives up, says so, writes no report
+    assert "waiting up to 0.2 s" in out.getvalue() and "still busy" in out.getvalue()
+    assert app.trainer.alive and not app.finished
+
+    def release_once_told() -> None:
+        deadline = time.monotonic() + 60
+        while out.getvalue().count("waiting up to") < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        held.release.set()
+
+    releaser = threading.Thread(target=release_once_told)
+    releaser.start()
+    app.shutdown(timeout_s=60, out=out)
+    releaser.join()
+    assert "waiting up to 60 s" in out.getvalue()
+    assert not app.trainer.alive and app.finished
+    assert app.report_path == app.run_dir / "report.md" and app.report_path.is_file()
+
+
+async def test_finished_run_stays_up_as_stopped_and_saves_a_screenshot(make_app, tmp_path):
     app = make_app(steps=6)
     async with app.run_test(size=(120, 40)) as pilot:
         await wait_for(pilot, lambda: "STOPPED" in app.header_bar.text, "STOPPED state")
         assert "step 6" in app.header_bar.text
         assert "finished" in app.status_line.text
         await wait_for(pilot, lambda: app.chart.builds > 0, "the memory chart")
-        await pilot.press("s")
-        await wait_for(pilot, lambda: list(app.run_dir.glob("screenshot-*.svg")), "screenshot")
-        svg = next(app.run_dir.glob("screenshot-*.svg")).read_text()
+        await pilot.press("s", "s")  # twice within a second: two files, not one overwritten
+        await wait_for(pilot, lambda: len(list(app.run_dir.glob("screenshot-*.svg"))) == 2,
+                       "two screenshots")
+        svg = sorted(app.run_dir.glob("screenshot-*.svg"))[0].read_text()
         assert "<svg" in svg and "STOPPED" in svg
+
+        blocked = tmp_path / "not-a-folder"  # saving into it fails with a real OSError
+        blocked.write_text("")
+        real_dir, app.run_dir = app.run_dir, blocked
+        await pilot.press("s")
+        await wait_for(pilot, lambda: any(n.severity == "error" for n in app._notifications),
+                       "the error notification")
+        app.run_dir = real_dir
+        error = next(n for n in app._notifications if n.severity == "error")
+        assert "screenshot not saved" in error.message
         assert app.return_code is None  # still up until q
         await pilot.press("q")
         await wait_for(pilot, lambda: app.return_code is not None, "the app to exit")
     assert app.return_code == 0
+
+
+async def test_profile_leak_and_report_keys_reach_the_real_trainer(make_app):
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: app.trainer.status.step >= 3, "the first steps")
+        await pilot.press("p")
+        await wait_for(pilot, lambda: "profile_started" in event_names(app), "profile_started")
+        await wait_for(pilot, lambda: "profiler: requested" not in app.status_line.text,
+                       "the status line past 'requested'")
+        await pilot.press("l")
+        await wait_for(pilot, lambda: "leak_demo_started" in event_names(app), "the leak demo")
+        await wait_for(pilot, lambda: "leak demo: graph since step" in app.status_line.text,
+                       "the leak demo in the status line")
+        assert app.trainer.status.leak_active
+        await pilot.press("r")
+        await wait_for(pilot, lambda: app.report_path is not None, "report.md")
+        assert app.report_path == app.run_dir / "report.md" and app.report_path.is_file()
+        report = json.loads((app.run_dir / "report.json").read_text())
+        assert "leak_demo_started" in [e["event"] for e in report["leaks"]]
+        assert app.return_code is None and app.trainer.alive  # `r` does not end the run
+        await pilot.press("q")
+        await wait_for(pilot, lambda: app.return_code is not None, "the app to exit")
+    assert app.return_code == 0
+    assert event_names(app)[-1] == "run_finished"
+
+
+def _tiny_train_args(run_root) -> list[str]:
+    args = ["train", "--device", "cpu", "--steps", "0", "--run-dir", str(run_root)]
+    for key in ("layers", "heads", "dim", "seq_len", "block_size", "batch_size", "warmup_steps"):
+        args += [f"--{key.replace('_', '-')}", str(TINY[key])]
+    return args
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])  # kill, SSH dropped
+def test_signal_quits_cleanly_and_gives_the_terminal_back(tmp_path, sig):
+    """The real dashboard on a pseudo-terminal, killed: run_finished, report, cooked terminal."""
+    import fcntl
+    import select
+    import struct
+    import termios
+
+    try:
+        master, slave = os.openpty()
+    except OSError as exc:
+        pytest.skip(f"no pseudo-terminal here: {exc}")
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    cooked = termios.tcgetattr(slave)[3] & (termios.ICANON | termios.ECHO | termios.ISIG)
+    root = tmp_path / "runs"
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TERM="xterm-256color")
+    proc = subprocess.Popen([sys.executable, "-m", "tui.cli", *_tiny_train_args(root)],
+                            cwd=ROOT, env=env, stdin=slave, stdout=slave, stderr=slave,
+                            start_new_session=True)
+    shown = bytearray()
+
+    def drain(timeout: float) -> None:  # read what the app draws so the pty never fills up
+        if select.select([master], [], [], timeout)[0]:
+            try:
+                shown.extend(os.read(master, 1 << 16))
+            except OSError:
+                pass
+
+    def steps_written() -> int:
+        found = list(root.glob("*/metrics.jsonl"))
+        return found[0].read_text().count('"loss"') if found else 0
+
+    try:
+        deadline = time.monotonic() + 90
+        while steps_written() < 3 and proc.poll() is None and time.monotonic() < deadline:
+            drain(0.1)
+        assert proc.poll() is None and steps_written() >= 3, bytes(shown[-2000:])
+        raw = termios.tcgetattr(slave)[3] & (termios.ICANON | termios.ECHO | termios.ISIG)
+        assert raw != cooked  # the app really had the terminal in raw mode
+        proc.send_signal(sig)
+        deadline = time.monotonic() + 90
+        while proc.poll() is None and time.monotonic() < deadline:
+            drain(0.1)
+        drain(0.2)
+        assert proc.poll() == 128 + sig, bytes(shown[-2000:])
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        after = termios.tcgetattr(slave)[3] & (termios.ICANON | termios.ECHO | termios.ISIG)
+        os.close(master)
+        os.close(slave)
+    run_dir = next(root.iterdir())
+    last = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[-1])
+    assert last["event"] == "run_finished"
+    assert last["reason"] == f"interrupted ({signal.Signals(sig).name})"
+    assert (run_dir / "report.md").is_file()
+    assert after == cooked  # echo and line editing are back
+    assert f"memtop: run folder {run_dir}".encode() in shown
 
 
 def test_no_terminal_says_so_and_exits_2(tmp_path):

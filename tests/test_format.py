@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from probes.sample import StepSample
 from tui import format as f
+from tui import format_panels as fp
 
 
 def _sample(**kw) -> StepSample:
@@ -97,21 +98,21 @@ def test_leak_alert_line_says_rate_since_and_time_to_full():
     data = {"counter": "host_heap", "bytes_per_step": 150 * 1024, "since_step": 40,
             "window_steps": 20, "capacity_bytes": 16 * 1024**3, "steps_to_full": 110000,
             "seconds_to_full": 5400.0, "hint": "log loss.item()"}
-    line = f.leak_alert_line(data, 50)
+    line = fp.leak_alert_line(data, 50)
     assert "host heap" in line and "150 KiB/step" in line and "since step 40" in line
     assert "16.0 GiB" in line and "1 h 30 min" in line and "~110k steps" in line
-    lines, hint = f.leak_banner_text({"host_heap": data})
+    lines, hint = fp.leak_banner_text({"host_heap": data})
     assert hint == "log loss.item()" and lines == line
-    compact = f.leak_alert_line(data, 50, compact=True)
+    compact = fp.leak_alert_line(data, 50, compact=True)
     assert len("LEAK: " + compact) <= 78  # one line on an 80-column terminal
     assert "+150 KiB/step" in compact and "since step 40" in compact and "1 h 30 min" in compact
 
 
 def test_counter_pane_mapping_per_device():
-    assert f.counter_pane("host_heap", "cpu") == "allocated"
-    assert f.counter_pane("host_rss", "cpu") == "driver"
-    assert f.counter_pane("device_allocated", "cuda") == "allocated"
-    assert f.counter_pane("host_heap", "cuda") is None
+    assert fp.counter_pane("host_heap", "cpu") == "allocated"
+    assert fp.counter_pane("host_rss", "cpu") == "driver"
+    assert fp.counter_pane("device_allocated", "cuda") == "allocated"
+    assert fp.counter_pane("host_heap", "cuda") is None
 
 
 OPS = [
@@ -128,25 +129,25 @@ OPS = [
 
 
 def test_op_columns_hide_what_was_not_measured_and_sort_cycles():
-    cols = f.op_columns(OPS)
+    cols = fp.op_columns(OPS)
     assert cols == ["calls", "self_cpu_us", "cpu_total_us"]
-    key = f.default_sort_key("cpu", cols)
+    key = fp.default_sort_key("cpu", cols)
     assert key == "cpu_total_us"
-    assert f.default_sort_key("device", cols) == "cpu_total_us"  # no device column here
-    assert [op["name"] for op in f.sort_ops(OPS, key)][:2] == ["aten::copy_", "aten::mm"]
-    assert f.sort_ops(OPS, key)[-1]["cpu_total_us"] is None  # missing values sort last
+    assert fp.default_sort_key("device", cols) == "cpu_total_us"  # no device column here
+    assert [op["name"] for op in fp.sort_ops(OPS, key)][:2] == ["aten::copy_", "aten::mm"]
+    assert fp.sort_ops(OPS, key)[-1]["cpu_total_us"] is None  # missing values sort last
     seen = [key]
     for _ in range(len(cols)):
-        seen.append(f.next_sort_key(seen[-1], cols))
+        seen.append(fp.next_sort_key(seen[-1], cols))
     assert seen[-1] == key and set(seen) == set(cols)
 
 
 def test_shorten_op_keeps_width_and_meaningful_ends():
     name = OPS[2]["name"]
-    short = f.shorten_op(name, 30)
+    short = fp.shorten_op(name, 30)
     assert len(short) <= 30 and short.startswith("bwd: ") and short.endswith("Backward0")
-    assert f.shorten_op("aten::mm", 30) == "aten::mm"
-    assert len(f.shorten_op("x" * 100, 12)) == 12
+    assert fp.shorten_op("aten::mm", 30) == "aten::mm"
+    assert len(fp.shorten_op("x" * 100, 12)) == 12
 
 
 def test_ledger_rows_and_footer():
@@ -154,19 +155,22 @@ def test_ledger_rows_and_footer():
                        "formula": "P × 4 B", "note": ""},
                       {"name": "allocator cache", "measured_bytes": 2048,
                        "predicted_bytes": None, "formula": "", "note": "reserved − allocated"}],
-            "total_measured_bytes": 3072, "allocated_bytes": 4096, "reserved_bytes": 8192,
-            "sampled_step": 7}
-    rows = f.ledger_rows(data)
+            "total_measured_bytes": 1024, "allocated_bytes": 4096, "reserved_bytes": 8192,
+            "sampled_step": 7}  # the total counts exact tensor lines only, not the cache
+    rows = fp.ledger_rows(data)
     assert rows[0] == ("parameters", "1.0 KiB", "1.0 KiB", "P × 4 B")
     assert rows[1] == ("allocator cache", "2.0 KiB", "-", "reserved − allocated")
-    assert "step 7" in f.ledger_footer(data) and "8.0 KiB" in f.ledger_footer(data)
+    footer = fp.ledger_footer(data)
+    assert "step 7" in footer and "8.0 KiB" in footer
+    # named for what it sums (the tensor lines), not "total" of every line above it
+    assert footer.startswith("tensors 1.0 KiB ·") and "total" not in footer
 
 
 def test_downsample_max_keeps_spikes_and_bounds_points():
     values = [1.0] * 1000
     values[537] = 99.0
-    out = f.downsample_max(values, 80)
+    out = fp.downsample_max(values, 80)
     assert len(out) == 80 and max(out) == 99.0
-    assert f.downsample_max([1.0, 2.0], 80) == [1.0, 2.0]
-    assert f.byte_unit(3 * 1024**3) == ("GiB", 1024.0**3)
-    assert f.byte_unit(300 * 1024**2)[0] == "MiB"
+    assert fp.downsample_max([1.0, 2.0], 80) == [1.0, 2.0]
+    assert fp.byte_unit(3 * 1024**3) == ("GiB", 1024.0**3)
+    assert fp.byte_unit(300 * 1024**2)[0] == "MiB"

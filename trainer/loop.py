@@ -265,7 +265,7 @@ class Trainer:
                     else:
                         optimizer.step()
                     optimizer.zero_grad(set_to_none=True)
-                loss_value = loss.item()  # the one host sync a training loop does anyway
+                loss_value = loss.item()  # the blocking sync a loop that logs loss does anyway
             step_s = time.perf_counter() - t_start
             norm_value = float(grad_norm)
             if scaler is not None:

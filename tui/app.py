@@ -2,17 +2,19 @@
 
 The trainer runs on its own thread and pushes StepSamples/Events into a bounded Ring; a 2 Hz
 timer drains it and updates only what changed (DESIGN.md: 2 Hz kept ≥ 0.98 of the headless
-throughput on 2 cores, 10 Hz full redraws halved it). The UI never calls torch.
+throughput on 2 cores, 10 Hz full redraws halved it). The UI never calls torch. Running it on a
+real terminal (fd 2, signals, the bounded shutdown) is tui/dashboard_run.py.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import gc
 import os
-import sys
+import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -27,10 +29,8 @@ from probes.sample import Event, StepSample
 from trainer.config import TrainConfig
 from trainer.control import TrainControl
 from trainer.loop import Record, Trainer
-from tui.finish import finish_run
 from tui.format import (
     PANE_KINDS,
-    counter_pane,
     fit,
     header_text,
     leak_demo_text,
@@ -39,6 +39,8 @@ from tui.format import (
     sample_values,
     state_text,
 )
+from tui.format_panels import counter_pane
+from tui.run_end import RunEnd
 from tui.widgets.error_banner import ErrorBanner
 from tui.widgets.header import MemtopHeader
 from tui.widgets.help_screen import HelpScreen
@@ -94,8 +96,7 @@ class MemtopApp(App[int]):
         self.device_type = config.torch_device.type
         self.profiler_available = any(hasattr(h, "request") for h in trainer.hooks)
         self.last_sample: StepSample | None = None
-        self.report_path: Path | None = None
-        self.finished = False  # finish_run done (quit path)
+        self.ending = RunEnd(trainer, control, self.run_dir)  # stop, join, report: once
         self.ticks = 0
         self.view = "chart"
         self.counters: str | None = None
@@ -108,6 +109,10 @@ class MemtopApp(App[int]):
         self._leak_since: int | None = None
         self._ended_elapsed: float | None = None
         self._alert_panes: dict[str, str] = {}  # counter -> pane id
+        self._loop: asyncio.AbstractEventLoop | None = None  # set on mount; for other threads
+        self.quit_signal: int | None = None  # SIGTERM/SIGHUP that asked for the quit
+        self._early_signal: int | None = None  # one that came before the loop was running
+        self._screenshots = 0
 
     @classmethod
     def for_run(cls, config: TrainConfig, run_dir: Path, **kwargs: Any) -> MemtopApp:
@@ -140,6 +145,7 @@ class MemtopApp(App[int]):
         yield Footer(compact=True)
 
     def on_mount(self) -> None:
+        self._loop = asyncio.get_running_loop()
         self.query_one("#chart-box").border_title = "memory over recent steps"
         self.panes = {p.pane_id: p for p in self.query(MetricPane)}
         self.header_bar = self.query_one(MemtopHeader)
@@ -158,6 +164,8 @@ class MemtopApp(App[int]):
             self.trainer.start()  # the model is built on the trainer thread
         self.set_interval(self.refresh_s, self.refresh_from_ring)
         self.refresh_from_ring()
+        if self._early_signal is not None:
+            self.call_later(self._quit_for_signal, self._early_signal)
 
     def on_unmount(self) -> None:
         """However the app goes away, the trainer stops at its next step boundary."""
@@ -355,9 +363,17 @@ class MemtopApp(App[int]):
             self.push_screen(HelpScreen(self.device_type, self.counters))
 
     def action_screenshot(self) -> None:
+        """An SVG into the run folder; the counter keeps two presses in one second apart."""
+        self._screenshots += 1
         step = self.trainer.status.step
-        name = f"screenshot-step{step:06d}-{time.strftime('%H%M%S')}.svg"
-        path = self.save_screenshot(filename=name, path=str(self.run_dir))
+        name = (f"screenshot-{self._screenshots:03d}-step{step:06d}-"
+                f"{time.strftime('%H%M%S')}.svg")
+        try:
+            path = self.save_screenshot(filename=name, path=str(self.run_dir))
+        except OSError as exc:  # disk full, read-only folder: the dashboard stays up
+            self.notify(f"screenshot not saved: {exc.strerror or exc}", severity="error",
+                        timeout=6)
+            return
         self.notify(f"saved {path}", timeout=4)
 
     def action_report(self) -> None:
@@ -366,96 +382,86 @@ class MemtopApp(App[int]):
 
     @work(thread=True, group="report", exclusive=True, exit_on_error=False)
     def _report_worker(self) -> None:
-        try:
-            from probes.report import write_report
-        except ImportError:
-            self.call_from_thread(self.notify, "no report writer in this build",
-                                  severity="warning", timeout=4)
-            return
+        """Off the event loop; probes.report serialises writers (`r` twice, `r` then `q`)."""
+        from probes.report import write_report
+
         try:
             path = write_report(self.run_dir)
         except Exception as exc:  # the dashboard must survive a report bug
             self.call_from_thread(self.notify, f"report failed: {exc}", severity="error")
             return
-        self.report_path = Path(path)
+        self.ending.report_path = Path(path)
         self.call_from_thread(self.notify, f"report written: {path}", timeout=6)
 
     def action_request_quit(self) -> None:
-        """Stop at the next step boundary, join off the event loop, write the report, exit."""
+        self.request_quit("stopped by user")
+
+    def request_quit(self, reason: str) -> None:
+        """Stop at the next step boundary, join off the event loop, write the report, exit.
+
+        A second request while a long step runs leaves at once; shutdown() then waits, bounded.
+        """
         if self._quitting:
-            if not self._quit_forced:  # a second q while a long step runs: leave now
+            if not self._quit_forced:
                 self._quit_forced = True
                 code = self.exit_code()
                 self.exit(code, return_code=code)
             return
         self._quitting = True
-        self.control.stop()
+        self.ending.stop_in_background(reason, then=lambda: self._on_loop(self._exit_after_quit))
         self.update_header()
         self.update_status()
-        self._quit_worker()
 
-    @work(thread=True, group="quit", exclusive=True, exit_on_error=False)
-    def _quit_worker(self) -> None:
-        self.trainer.join()
-        self.report_path = finish_run(self.run_dir, None)
-        self.finished = True
-        code = self.exit_code()
-        self.call_from_thread(self.exit, code, code)
+    def _exit_after_quit(self) -> None:
+        if not self._quit_forced:
+            code = self.exit_code()
+            self.exit(code, return_code=code)
+
+    def _on_loop(self, callback: Callable[..., Any], *args: Any) -> None:
+        """Run ``callback`` on the app's message pump, from any thread or a signal handler.
+
+        call_soon_threadsafe only appends to the loop's queue and wakes its selector (safe
+        between two bytecodes of the main thread); call_later then runs the callback inside
+        Textual's context. Nothing happens once the loop has closed.
+        """
+        loop = self._loop
+        if loop is not None:
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self.call_later, callback, *args)
+
+    def signal_quit(self, signum: int) -> None:
+        """For a SIGTERM/SIGHUP handler: ask for the same clean quit as `q` (twice: at once)."""
+        if self.quit_signal is None:
+            self.quit_signal = signum
+        if self._loop is None:
+            self._early_signal = signum  # on_mount acts on it
+        else:
+            self._on_loop(self._quit_for_signal, signum)
+
+    def _quit_for_signal(self, signum: int) -> None:
+        self.request_quit(f"interrupted ({signal.Signals(signum).name})")
+
+    @property
+    def finished(self) -> bool:
+        return self.ending.finished
+
+    @property
+    def report_path(self) -> Path | None:
+        return self.ending.report_path
 
     def exit_code(self) -> int:
-        """0 when the run stopped or finished; 1 when the training itself failed."""
-        return 1 if self.trainer.exit_code == 1 else 0
+        return self.ending.exit_code()
 
-    def shutdown(self, timeout_s: float = 30.0) -> None:
+    def shutdown(self, timeout_s: float = 10.0, out: TextIO | None = None) -> None:
         """After the app has gone (whatever the way): stop and join the trainer, finish the run."""
-        self.control.stop()
-        self.trainer.join(timeout_s)
-        if not self.finished and not self.trainer.alive:
-            self.report_path = finish_run(self.run_dir, None)
-            self.finished = True
+        self.ending.shutdown(timeout_s, out)
         if self._gc_frozen:
             gc.unfreeze()
             self._gc_frozen = False
 
 
-@contextlib.contextmanager
-def stderr_to_file(path: Path) -> Iterator[TextIO]:
-    """fd 2 -> ``path`` while the app owns the terminal; Textual keeps drawing on the terminal.
-
-    Textual draws on ``sys.__stderr__`` (linux_driver: ``self._file = sys.__stderr__``), and
-    torch's C++ side (profiler, allocator warnings) writes straight to fd 2. So fd 2 is pointed
-    at the run's stderr.log, and ``sys.__stderr__``/``sys.stderr`` at a copy of the old fd 2.
-    """
-    with contextlib.suppress(Exception):
-        sys.stderr.flush()
-    saved_fd = os.dup(2)
-    log_fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    old_dunder, old_stderr = sys.__stderr__, sys.stderr
-    encoding = getattr(old_dunder, "encoding", None) or "utf-8"
-    term = open(saved_fd, "w", encoding=encoding, errors="replace", closefd=False)
-    try:
-        os.dup2(log_fd, 2)
-        sys.__stderr__ = sys.stderr = term
-        yield term
-    finally:
-        sys.__stderr__, sys.stderr = old_dunder, old_stderr
-        with contextlib.suppress(Exception):
-            term.close()  # flushes; the fd itself is closed below, after fd 2 is restored
-        os.dup2(saved_fd, 2)
-        os.close(saved_fd)
-        os.close(log_fd)
-
-
 def run_dashboard(config: TrainConfig, run_dir: Path) -> int:
-    """``memtop train`` on a terminal: the app until q, then the run folder and report paths."""
-    app = MemtopApp.for_run(config, run_dir)
-    with stderr_to_file(Path(run_dir) / "stderr.log"):
-        try:
-            app.run()
-        finally:
-            app.shutdown()
-    print(f"memtop: run folder {run_dir}", flush=True)
-    if app.report_path is not None:
-        print(f"memtop: report {app.report_path}", flush=True)
-    code = app.return_code
-    return app.exit_code() if code is None else code
+    """``memtop train`` on a terminal (kept here for tui.cli; see tui/dashboard_run.py)."""
+    from tui.dashboard_run import run_dashboard as run
+
+    return run(config, run_dir)

@@ -1,7 +1,8 @@
 """``memtop report RUN_DIR``: (re)write report.md and report.json for a run folder.
 
-Bad input (missing folder, no metrics.jsonl, junk, malformed config.json) is one line on stderr
-and exit status 2; nothing the run recorded is ever touched, only the derived report files.
+Bad input (missing folder, no metrics.jsonl, junk, malformed config.json, content the reader
+did not foresee) is one line on stderr and exit status 2; values of the wrong type inside rows are
+shown as n/a. Nothing the run recorded is ever touched, only the derived report files.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ def run_report(run_dir: str) -> int:
     except ReportError as exc:
         print(f"memtop report: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except Exception as exc:  # never a traceback; the run's own files are untouched
+    except Exception as exc:  # a bug in memtop itself: still no traceback, files untouched
         print(f"memtop report: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     print(f"memtop: report {path} (data: {path.with_name('report.json').name})")

@@ -43,8 +43,8 @@ CUDA_COUNTERS = (
     "[b]peak allocated[/b]: max_memory_allocated since the reset after warmup, the high-water "
     "mark that decides whether a bigger batch fits.",
     "[b]NVML used[/b]: what the driver says this process uses, the number nvidia-smi shows: "
-    "reserved plus the CUDA context and library workspaces (cuBLAS, cuDNN). Read about once a "
-    "second on its own thread; n/a when NVML is missing.",
+    "reserved plus the CUDA context and library workspaces (cuBLAS, cuDNN). Read every 0.5 s on "
+    "its own thread (each step shows the latest reading); n/a when NVML is missing.",
 )
 
 CPU_COUNTERS = (

@@ -7,7 +7,7 @@ from typing import Any
 
 from textual.widgets import Static
 
-from tui.format import COUNTER_LABELS, leak_banner_text
+from tui.format_panels import COUNTER_LABELS, leak_banner_text
 
 CLEARED_SHOW_S = 10.0  # how long "leak cleared" stays before the banner hides
 

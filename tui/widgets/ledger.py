@@ -8,7 +8,8 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Static
 
-from tui.format import fit, ledger_footer, ledger_rows
+from tui.format import fit
+from tui.format_panels import ledger_footer, ledger_rows
 
 PLACEHOLDER = "ledger: waiting for a sampled step (params, grads, AdamW state, activations…)"
 

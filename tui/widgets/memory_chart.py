@@ -15,7 +15,7 @@ from rich.text import Text
 from textual.app import RenderResult
 from textual_plotext import PlotextPlot
 
-from tui.format import byte_unit, downsample_max
+from tui.format_panels import byte_unit, downsample_max
 
 # Quadrant blocks: cheap to build, and present in the fonts SVG viewers fall back to (braille
 # glyphs come out wider than a cell there and spill over the neighbouring panes).

@@ -8,9 +8,9 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 
-from tui.format import (
+from tui.format import fit
+from tui.format_panels import (
     default_sort_key,
-    fit,
     next_sort_key,
     op_cell,
     op_column_title,

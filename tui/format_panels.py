@@ -1,0 +1,201 @@
+"""Text for the panels under the panes: leak alerts, the top-ops table, the ledger, the chart.
+
+Pure functions, like tui/format.py (which holds the pane, header and status-line text).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from probes.units import format_bytes
+from tui.format import format_duration, format_steps, format_us
+
+# ---- leak alerts ----------------------------------------------------------------------------
+
+COUNTER_LABELS = {
+    "device_allocated": "device allocated",
+    "host_heap": "host heap in use (mallinfo2)",
+    "host_rss": "host RSS",
+}
+
+
+def counter_pane(counter: str, device_type: str) -> str | None:
+    """Which pane shows the counter that grew (None when no pane shows it)."""
+    if counter == "device_allocated":
+        return "allocated"
+    if device_type != "cuda":
+        return {"host_heap": "allocated", "host_rss": "driver"}.get(counter)
+    return None
+
+
+_COUNTER_SHORT = {"device_allocated": "device allocated", "host_heap": "host heap",
+                  "host_rss": "host RSS"}
+
+
+def leak_alert_line(data: dict[str, Any], step: int, compact: bool = False) -> str:
+    """One alert as a sentence: what grows, how fast, since when, and how long until full.
+
+    ``compact`` keeps it to one 80-column line so the hint below it gets the room.
+    """
+    key = str(data.get("counter", ""))
+    counter = (_COUNTER_SHORT if compact else COUNTER_LABELS).get(key, key)
+    rate = format_bytes(data.get("bytes_per_step"))
+    since = data.get("since_step", step)
+    if compact:
+        text = f"{counter} +{rate}/step since step {since}"
+    else:
+        text = f"{counter} grows {rate}/step since step {since}"
+    steps_left = data.get("steps_to_full")
+    secs_left = data.get("seconds_to_full")
+    if steps_left is None and secs_left is None:
+        return text
+    cap = data.get("capacity_bytes")
+    what = format_bytes(cap) if cap else "memory"
+    if compact:
+        left = format_duration(secs_left) if secs_left is not None else (
+            f"~{format_steps(steps_left)} steps")
+        return f"{text}; fills {what} in {left}"
+    bits = []
+    if steps_left is not None:
+        bits.append(f"~{format_steps(steps_left)} steps")
+    if secs_left is not None:
+        bits.append(format_duration(secs_left))
+    return f"{text}; at this rate {what} fills in {' / '.join(bits)}"
+
+
+def leak_banner_text(alerts: dict[str, dict[str, Any]], compact: bool = False) -> tuple[str, str]:
+    """(headline lines, hint) for the active alerts, newest last."""
+    lines = [leak_alert_line(d, d.get("_step", 0), compact) for d in alerts.values()]
+    hint = next((d.get("hint") for d in reversed(list(alerts.values())) if d.get("hint")), "")
+    return "\n".join(lines), hint or ""
+
+
+# ---- top-ops table --------------------------------------------------------------------------
+
+# (key in the event row, column title, kind)
+OP_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("calls", "calls", "count"),
+    ("self_cpu_us", "self CPU", "us"),
+    ("cpu_total_us", "CPU total", "us"),
+    ("self_device_us", "self dev", "us"),
+    ("device_total_us", "dev total", "us"),
+    ("cpu_memory_bytes", "CPU mem", "bytes"),
+    ("device_memory_bytes", "dev mem", "bytes"),
+)
+_OP_TITLES = {key: title for key, title, _ in OP_COLUMNS}
+_OP_KINDS = {key: kind for key, _, kind in OP_COLUMNS}
+
+_OP_PREFIXES = (
+    ("autograd::engine::evaluate_function: ", "bwd: "),
+    ("Optimizer.step#", "optim "),
+    ("Optimizer.zero_grad#", "zero_grad "),
+)
+
+
+def op_columns(top_ops: Sequence[dict[str, Any]]) -> list[str]:
+    """The numeric columns that have at least one measured value (device columns on CUDA only)."""
+    return [key for key, _, _ in OP_COLUMNS
+            if any(op.get(key) is not None for op in top_ops)]
+
+
+def op_column_title(key: str) -> str:
+    return _OP_TITLES.get(key, key)
+
+
+def default_sort_key(sort_by: str | None, columns: Sequence[str]) -> str:
+    """Device total on CUDA, CPU total on CPU (the tutorial's cuda/cpu_time_total)."""
+    preferred = "device_total_us" if sort_by == "device" else "cpu_total_us"
+    for key in (preferred, "cpu_total_us", "self_cpu_us"):
+        if key in columns:
+            return key
+    return columns[0] if columns else "cpu_total_us"
+
+
+def next_sort_key(current: str, columns: Sequence[str]) -> str:
+    """The column after ``current`` (wrapping); what the `o` key steps through."""
+    if not columns:
+        return current
+    if current not in columns:
+        return columns[0]
+    return columns[(columns.index(current) + 1) % len(columns)]
+
+
+def sort_ops(top_ops: Iterable[dict[str, Any]], key: str) -> list[dict[str, Any]]:
+    """Largest first; rows without the value go last."""
+    ops = list(top_ops)
+    return sorted(ops, key=lambda op: (op.get(key) is None, -(op.get(key) or 0)))
+
+
+def shorten_op(name: str, width: int) -> str:
+    """Shorten long op names: known prefixes first, then an ellipsis in the middle."""
+    for long, short in _OP_PREFIXES:
+        if name.startswith(long) and len(name) > width:
+            name = short + name[len(long):]
+    if len(name) <= width:
+        return name
+    if width <= 3:
+        return name[:width]
+    head = (width - 1) * 2 // 3
+    tail = width - 1 - head
+    return name[:head] + "…" + (name[-tail:] if tail else "")
+
+
+def op_cell(key: str, value: Any) -> str:
+    kind = _OP_KINDS.get(key, "")
+    if value is None:
+        return "-"
+    if kind == "us":
+        return format_us(value)
+    if kind == "bytes":
+        return format_bytes(value)
+    return str(value)
+
+
+def op_name_width(total_width: int, n_columns: int) -> int:
+    """Room left for the op name after the numeric columns (about 10 cells each)."""
+    return max(12, min(60, total_width - 10 * n_columns - 4))
+
+
+# ---- ledger ---------------------------------------------------------------------------------
+
+def ledger_rows(data: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """(name, measured, predicted, formula or note) per ledger line."""
+    rows = []
+    for line in data.get("lines", []) or []:
+        note = line.get("formula") or line.get("note") or ""
+        rows.append((str(line.get("name", "?")), format_bytes(line.get("measured_bytes")),
+                     format_bytes(line.get("predicted_bytes"), na="-"), str(note)))
+    return rows
+
+
+def ledger_footer(data: dict[str, Any]) -> str:
+    """Below the lines: "tensors" sums only the exact tensor lines (params, grads, optimizer
+    state, activations), not the heap/other/cache lines, so it is not the column's total."""
+    return (f"tensors {format_bytes(data.get('total_measured_bytes'))} · allocated "
+            f"{format_bytes(data.get('allocated_bytes'))} · reserved "
+            f"{format_bytes(data.get('reserved_bytes'))} · step {data.get('sampled_step', '?')}")
+
+
+# ---- chart ----------------------------------------------------------------------------------
+
+def downsample_max(values: Sequence[float], n: int) -> list[float]:
+    """At most n points, each the max of its bucket (a spike must not vanish from the chart)."""
+    if n <= 0:
+        return []
+    if len(values) <= n:
+        return list(values)
+    out = []
+    size = len(values) / n
+    for i in range(n):
+        lo, hi = int(i * size), int((i + 1) * size)
+        out.append(max(values[lo:max(hi, lo + 1)]))
+    return out
+
+
+def byte_unit(max_bytes: float) -> tuple[str, float]:
+    """The unit the chart's y axis uses for values up to max_bytes."""
+    for unit, div in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if max_bytes >= div:
+            return unit, float(div)
+    return "B", 1.0
