@@ -67,7 +67,7 @@ class LeakBanner(Static):
         head = "LEAK: " if compact else "LEAK SUSPECTED: "
         text = head + lines.replace("\n", "\n" + head)
         if hint:
-            text += f"\n{'cause' if compact else 'likely cause'}: {hint}"
+            text += f"\ncause: {hint}"
         self._show(text, cleared=False)
 
     def _show(self, text: str, cleared: bool) -> None:
