@@ -1,0 +1,638 @@
+"""Dashboard overhead: training tokens/s with `memtop train` drawing in a real terminal vs headless.
+
+    python benchmarks/dashboard_overhead.py [--repeats 3] [--steps 700] [--skip 20] [--no-append]
+
+Each run is a separate `python -m tui.cli train` process on the default config (the dashboard's
+B, T, model, bf16 on CPU). The dashboard runs in a real terminal: a tmux pane (its own tmux server,
+detached, so tmux parses every byte the app writes, as it would for an SSH client), at 120x40 and
+80x24; headless runs as a plain subprocess. The sides are interleaved (the order rotates each
+repeat) so drift on a noisy machine hits all alike. tokens/s = tokens of the steps after --skip
+divided by the wall time between those two step rows of metrics.jsonl (a per-step median would
+hide the cost: only the steps that overlap a frame slow down). Also reported: CPU time of the
+app's main (UI) thread and of the tmux server over the same interval.
+
+The tmux helpers here (TmuxPane, proc_* readers) are shared with startup.py and memory_soak.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from common import ROOT, append_results, machine, median
+
+B_DEFAULT, T_DEFAULT = 16, 128  # tui.cli defaults (asserted against the parser below)
+
+# ---- /proc readers ------------------------------------------------------------------------------
+
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def proc_cpu_s(pid: int, tid: int | None = None) -> float | None:
+    """utime + stime of a process (or one of its threads) in seconds; None when it is gone."""
+    path = f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat"
+    try:
+        with open(path, encoding="ascii") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / _TICK
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def proc_rss_bytes(pid: int) -> int | None:
+    """VmRSS of a process from /proc/PID/status."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def load_avg() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"{one:.2f} {five:.2f} {fifteen:.2f}"
+
+
+def cpu_busy_s() -> float:
+    """CPU seconds all cores have spent busy since boot (/proc/stat), for 'what else ran'."""
+    with open("/proc/stat", encoding="ascii") as fh:
+        vals = [int(v) for v in fh.readline().split()[1:]]
+    return (sum(vals) - vals[3] - vals[4]) / _TICK
+
+
+def busy_cores(interval_s: float = 3.0) -> float:
+    """How many cores were busy over the next interval_s (from /proc/stat): an instant load."""
+    def snap() -> tuple[int, int]:
+        with open("/proc/stat", encoding="ascii") as fh:
+            vals = [int(v) for v in fh.readline().split()[1:]]
+        return sum(vals), vals[3] + vals[4]  # total, idle + iowait
+
+    t1, i1 = snap()
+    time.sleep(interval_s)
+    t2, i2 = snap()
+    return (os.cpu_count() or 1) * (1 - (i2 - i1) / max(1, t2 - t1))
+
+
+def wait_quiet(max_busy: float, max_wait_s: float, label: str = "") -> float:
+    """Wait (up to max_wait_s) until under max_busy cores are busy (others' benchmarks: on 2
+    cores a second torch process makes training ~30x slower through OpenMP's barriers)."""
+    t0 = time.monotonic()
+    while True:
+        busy = busy_cores()
+        if busy <= max_busy or time.monotonic() - t0 > max_wait_s:
+            if busy > max_busy:
+                print(f"  still {busy:.2f} cores busy {label}; measuring anyway", flush=True)
+            return busy
+        print(f"  {busy:.2f} cores busy {label}: waiting (top: {top_cpu()})", flush=True)
+        time.sleep(15)
+
+
+def top_cpu() -> str:
+    """The busiest process right now (what loads the shared cores), one short string."""
+    try:
+        out = subprocess.run(["ps", "-eo", "pcpu,pid,args", "--sort=-pcpu"],
+                             capture_output=True, text=True, timeout=5).stdout.splitlines()
+        return out[1].strip()[:100] if len(out) > 1 else "?"
+    except (OSError, subprocess.SubprocessError):
+        return "?"
+
+
+# ---- tmux ---------------------------------------------------------------------------------
+
+class TmuxPane:
+    """One detached tmux session on a private server (-L): the real terminal memtop draws on."""
+
+    socket = f"memtop-bench-{os.getpid()}"
+    conf = "/dev/null"
+    _server_started = False
+
+    def __init__(self, name: str, width: int, height: int, argv: list[str],
+                 cwd: Path = ROOT, env: dict[str, str] | None = None) -> None:
+        if shutil.which("tmux") is None:
+            raise SystemExit("tmux is not installed: the dashboard needs a real terminal")
+        self.name = name
+        if not TmuxPane._server_started:
+            fd, conf = tempfile.mkstemp(prefix="memtop-tmux-", suffix=".conf")
+            # remain-on-exit keeps the pane (and its last screen) after the app exits.
+            os.write(fd, b"set -g remain-on-exit on\nset -g history-limit 100\n"
+                         b"set -g status off\n")
+            os.close(fd)
+            TmuxPane.conf = conf
+            TmuxPane._server_started = True
+            atexit.register(TmuxPane.kill_server)
+        env_args: list[str] = []
+        for key, value in (env or {}).items():
+            env_args += ["-e", f"{key}={value}"]
+        # tmux reaps a finished pane's process late (seconds): a shell writes the exit status
+        # to a file instead, and the app's pid is the shell's child.
+        fd, status = tempfile.mkstemp(prefix="memtop-status-")
+        os.close(fd)
+        os.unlink(status)
+        self.status_path = Path(status)
+        st = _quote(status)
+        command = " ".join(_quote(a) for a in argv) + f"; echo $? > {st}.tmp && mv {st}.tmp {st}"
+        self.started = time.perf_counter()
+        self._tmux("new-session", "-d", "-s", name, "-x", str(width), "-y", str(height),
+                   "-c", str(cwd), *env_args, command)
+        shell = int(self.info("#{pane_pid}"))
+        self.pid = _child_of(shell, timeout_s=10.0)
+
+    @classmethod
+    def _tmux(cls, *args: str, check: bool = True) -> str:
+        res = subprocess.run(["tmux", "-L", cls.socket, "-f", cls.conf, *args],
+                             capture_output=True, text=True, timeout=30)
+        if check and res.returncode != 0:
+            raise RuntimeError(f"tmux {' '.join(args)}: {res.stderr.strip()}")
+        return res.stdout
+
+    def info(self, fmt: str) -> str:
+        return self._tmux("display-message", "-p", "-t", self.name, fmt).strip()
+
+    def capture(self) -> str:
+        return self._tmux("capture-pane", "-p", "-t", self.name, check=False)
+
+    def send(self, *keys: str) -> None:
+        self._tmux("send-keys", "-t", self.name, *keys)
+
+    @property
+    def dead(self) -> bool:
+        return self.status_path.exists()
+
+    def exit_status(self) -> int | None:
+        try:
+            return int(self.status_path.read_text().strip())
+        except (OSError, ValueError):
+            return None
+
+    def wait_dead(self, timeout_s: float) -> bool:
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < timeout_s:
+            if self.dead:
+                return True
+            time.sleep(0.05)
+        return False
+
+    def kill(self) -> None:
+        self._tmux("kill-session", "-t", self.name, check=False)
+        for path in (self.status_path, self.status_path.with_name(self.status_path.name + ".tmp")):
+            path.unlink(missing_ok=True)
+
+    @classmethod
+    def server_pid(cls) -> int | None:
+        try:
+            return int(cls._tmux("display-message", "-p", "#{pid}").strip())
+        except (RuntimeError, ValueError):
+            return None
+
+    @classmethod
+    def kill_server(cls) -> None:
+        if cls._server_started:
+            cls._tmux("kill-server", check=False)
+            cls._server_started = False
+
+
+def _child_of(parent: int, timeout_s: float) -> int:
+    """The pid of the (first) child process of ``parent``, waiting for it to be forked."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout_s:
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as fh:
+                    ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            if ppid == parent:
+                return int(entry)
+        time.sleep(0.01)
+    raise RuntimeError(f"no child process of pane shell {parent}")
+
+
+def _quote(arg: str) -> str:
+    return arg if re.fullmatch(r"[\w@%+=:,./-]+", arg) else "'" + arg.replace("'", "'\\''") + "'"
+
+
+def memtop_argv(*args: str, gc_log: str | None = None) -> list[str]:
+    if gc_log is not None:  # --diagnose: the same command, with gc pauses logged to a file
+        return [sys.executable, "-c", GC_WRAPPER, gc_log, "train", *args]
+    return [sys.executable, "-m", "tui.cli", "train", *args]
+
+
+# Runs `python -m tui.cli ARGS` with a gc callback that logs every collection (wall time, the
+# generation, how long, on which thread) and dumps them at exit into the file argv[1].
+GC_WRAPPER = r"""
+import atexit, gc, json, runpy, sys, threading, time
+log, started = [], {}
+def on_gc(phase, info):
+    now = time.perf_counter()
+    tid = threading.get_ident()
+    if phase == "start":
+        started[tid] = now
+    elif tid in started:
+        t0 = started.pop(tid)
+        log.append((time.time() - (now - t0), info["generation"], now - t0,
+                    threading.current_thread().name))
+gc.callbacks.append(on_gc)
+path = sys.argv.pop(1)
+def dump():
+    with open(path, "w") as fh:
+        json.dump({"gc": log, "switch_interval": sys.getswitchinterval(),
+                   "frozen": gc.get_freeze_count()}, fh)
+atexit.register(dump)
+sys.argv[0] = "memtop"
+runpy.run_module("tui.cli", run_name="__main__", alter_sys=True)
+"""
+
+
+def run_folder(root: Path, timeout_s: float = 60.0) -> Path:
+    """The one <timestamp>-<id>/ folder memtop makes under --run-dir ROOT."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout_s:
+        dirs = [d for d in root.iterdir() if d.is_dir()] if root.exists() else []
+        if dirs:
+            return dirs[0]
+        time.sleep(0.05)
+    raise RuntimeError(f"no run folder appeared under {root}")
+
+
+def tail_has(path: Path, needle: str, tail: int = 8192) -> bool:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - tail))
+            return needle.encode() in fh.read()
+    except OSError:
+        return False
+
+
+def last_step(path: Path) -> int:
+    """The step of the last step row in metrics.jsonl (0 when none yet)."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - 8192))
+            lines = fh.read().splitlines()
+    except OSError:
+        return 0
+    for line in reversed(lines):
+        if line.startswith(b'{"step"'):
+            try:
+                return int(json.loads(line)["step"])
+            except (ValueError, KeyError):
+                continue
+    return 0
+
+
+def step_rows(path: Path) -> list[dict]:
+    rows = []
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            if line.startswith('{"step"'):
+                rows.append(json.loads(line))
+    return rows
+
+
+def throughput(path: Path, skip: int) -> tuple[float, int, float]:
+    """(tokens/s, steps counted, seconds) between step `skip` and the last step row."""
+    rows = step_rows(path)
+    by_step = {r["step"]: r for r in rows}
+    first, last = by_step[skip], rows[-1]
+    cfg = json.loads((path.parent / "config.json").read_text(encoding="utf-8"))
+    tokens_per_step = cfg["batch_size"] * cfg["seq_len"]
+    steps = last["step"] - first["step"]
+    wall = last["time_s"] - first["time_s"]
+    return steps * tokens_per_step / wall, steps, wall
+
+
+# ---- one run of each side ---------------------------------------------------------------------
+
+def watch_interval(pid: int, metrics: Path, skip: int, steps: int, done,
+                   timeout_s: float, on_start=None) -> dict:
+    """Poll until the run passes step `skip` (note CPU times), then until `done()` (again).
+    others_cores: CPU the rest of the machine used meanwhile (busy minus the app, tmux and
+    this script), in cores; a run where others used the CPU is not comparable."""
+    t0 = time.monotonic()
+    start = None
+    server = TmuxPane.server_pid() if TmuxPane._server_started else None
+    me = os.getpid()
+
+    def snap() -> tuple:
+        return (time.perf_counter(), proc_cpu_s(pid), proc_cpu_s(pid, pid),
+                proc_cpu_s(server) if server else 0.0, cpu_busy_s(), proc_cpu_s(me))
+
+    while time.monotonic() - t0 < timeout_s:
+        if start is None and last_step(metrics) >= skip:
+            start = snap()
+            start_wall = time.time()
+            if on_start is not None:
+                on_start(pid)
+        if done():
+            break
+        time.sleep(0.25)
+    else:
+        raise RuntimeError(f"run did not finish in {timeout_s:.0f} s ({metrics})")
+    end = snap()
+    out: dict = {"end_wall": time.time()}
+    if start is not None:
+        out["start_wall"] = start_wall
+    if start is not None and None not in start and None not in end:
+        wall = end[0] - start[0]
+        d = [e - s for s, e in zip(start, end, strict=True)]
+        out["process_cpu_pct"] = 100 * d[1] / wall
+        out["main_thread_cpu_pct"] = 100 * d[2] / wall
+        if server:
+            out["tmux_cpu_pct"] = 100 * d[3] / wall
+        out["others_cores"] = max(0.0, (d[4] - d[1] - d[3] - d[5]) / wall)
+    return out
+
+
+def run_headless(steps: int, skip: int, timeout_s: float, gc_log: str | None = None,
+                 on_start=None) -> dict:
+    with tempfile.TemporaryDirectory(prefix="memtop-ovh-") as tmp:
+        root = Path(tmp)
+        proc = subprocess.Popen(memtop_argv("--headless", "--steps", str(steps), "--run-dir",
+                                            str(root), "--log-every", "1000000", gc_log=gc_log),
+                                cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        metrics = run_folder(root) / "metrics.jsonl"
+        cpu = watch_interval(proc.pid, metrics, skip, steps, lambda: proc.poll() is not None or
+                             tail_has(metrics, '"event":"run_finished"'), timeout_s, on_start)
+        code = proc.wait(timeout=120)
+        if code != 0:
+            raise RuntimeError(f"headless run exited {code}: {proc.stderr.read().decode()[-500:]}")
+        tps, n, wall = throughput(metrics, skip)
+        return {"tokens_per_s": tps, "steps": n, "wall_s": wall, "exit": code, **cpu}
+
+
+def run_dashboard(width: int, height: int, steps: int, skip: int, timeout_s: float,
+                  gc_log: str | None = None, on_start=None) -> dict:
+    with tempfile.TemporaryDirectory(prefix="memtop-ovh-") as tmp:
+        root = Path(tmp)
+        pane = TmuxPane(f"ovh{width}x{height}-{int(time.time() * 1000) % 10**8}", width, height,
+                        memtop_argv("--steps", str(steps), "--run-dir", str(root), gc_log=gc_log))
+        try:
+            metrics = run_folder(root) / "metrics.jsonl"
+            cpu = watch_interval(pane.pid, metrics, skip, steps,
+                                 lambda: pane.dead or tail_has(metrics, '"event":"run_finished"'),
+                                 timeout_s, on_start)
+            screen = pane.capture()
+            pane.send("q")  # the app stays up after the last step: q quits (report, exit 0)
+            if not pane.wait_dead(120):
+                raise RuntimeError("the dashboard did not exit after q")
+            code = pane.exit_status()
+            if code != 0:
+                raise RuntimeError(f"dashboard exited {code}; screen:\n{pane.capture()}")
+            tps, n, wall = throughput(metrics, skip)
+            stderr_log = metrics.parent / "stderr.log"
+            return {"tokens_per_s": tps, "steps": n, "wall_s": wall, "exit": code,
+                    "screen_ok": "step" in screen and "STOPPED" in screen.upper(),
+                    "stderr_log_bytes": stderr_log.stat().st_size if stderr_log.exists() else 0,
+                    **cpu}
+        finally:
+            pane.kill()
+
+
+# ---- --diagnose: where the dashboard's cost goes -------------------------------------------------
+
+def summarize_gc(path: Path, start: float, end: float) -> dict:
+    """gc pauses inside [start, end] (wall clock): count, total and longest per generation."""
+    data = json.loads(path.read_text())
+    out: dict = {"switch_interval_ms": data["switch_interval"] * 1000, "frozen": data["frozen"]}
+    span = end - start
+    for gen in (0, 1, 2):
+        ev = [e for e in data["gc"] if e[1] == gen and start <= e[0] <= end]
+        out[f"gen{gen}"] = {"n_per_s": len(ev) / span,
+                            "ms_per_s": 1000 * sum(e[2] for e in ev) / span,
+                            "max_ms": 1000 * max((e[2] for e in ev), default=0.0),
+                            "threads": sorted({e[3] for e in ev})}
+    return out
+
+
+def summarize_spy(path: Path, top: int = 8) -> dict:
+    """py-spy --gil --threads raw output: share of GIL-holding samples per thread, and the
+    heaviest stacks of the UI (main) thread, cut to their last frames."""
+    per_thread: dict[str, int] = {}
+    main_stacks: dict[str, int] = {}
+    total = 0
+    for line in path.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not count.isdigit():
+            continue
+        n = int(count)
+        frames = stack.split(";")
+        thread = frames[0].split(":", 1)[-1].strip() or frames[0]
+        per_thread[thread] = per_thread.get(thread, 0) + n
+        total += n
+        if thread == "MainThread":
+            key = " < ".join(f.split(" (")[0] for f in reversed(frames[-4:]))
+            main_stacks[key] = main_stacks.get(key, 0) + n
+    return {"samples": total,
+            "gil_share": {t: n / total for t, n in sorted(per_thread.items(),
+                                                          key=lambda kv: -kv[1])} if total else {},
+            "main_top": sorted(main_stacks.items(), key=lambda kv: -kv[1])[:top]}
+
+
+def diagnose(args) -> str:
+    """One headless and one 120x40 dashboard run with gc pauses logged and py-spy (--gil:
+    which thread holds the GIL) attached for --spy-seconds after step --skip."""
+    spy = shutil.which("py-spy")
+    parts = []
+    for side in ("headless", "dashboard 120x40"):
+        wait_quiet(args.max_busy, 900, f"before {side} (diagnose)")
+        with tempfile.TemporaryDirectory(prefix="memtop-diag-") as tmp:
+            gc_log, spy_out = str(Path(tmp) / "gc.json"), Path(tmp) / "spy.txt"
+            procs: list[subprocess.Popen] = []
+
+            def attach(pid: int, procs=procs, spy_out=spy_out) -> None:
+                if spy:
+                    procs.append(subprocess.Popen(
+                        [spy, "record", "--pid", str(pid), "--duration", str(args.spy_seconds),
+                         "--rate", "200", "--gil", "--threads", "--nonblocking", "-f", "raw",
+                         "-o", str(spy_out)], stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL))
+
+            if side == "headless":
+                res = run_headless(args.steps, args.skip, 1200, gc_log=gc_log, on_start=attach)
+            else:
+                res = run_dashboard(120, 40, args.steps, args.skip, 1200, gc_log=gc_log,
+                                    on_start=attach)
+            for p in procs:
+                p.wait(60)
+            g = summarize_gc(Path(gc_log), res["start_wall"], res["end_wall"])
+            sp = summarize_spy(spy_out) if spy_out.exists() else None
+        gcs = "; ".join(f"gen{i}: {g[f'gen{i}']['n_per_s']:.1f}/s, {g[f'gen{i}']['ms_per_s']:.1f}"
+                        f" ms/s, max {g[f'gen{i}']['max_ms']:.1f} ms "
+                        f"({', '.join(g[f'gen{i}']['threads']) or '-'})" for i in (0, 1, 2))
+        text = (f"**{side}**: {res['tokens_per_s']:,.0f} tok/s (py-spy attached for "
+                f"{args.spy_seconds} s of it); main-thread CPU "
+                f"{res.get('main_thread_cpu_pct', float('nan')):.1f}%, others "
+                f"{res.get('others_cores', float('nan')):.2f} cores. gc (frozen objects "
+                f"{g['frozen']:,}, switch interval {g['switch_interval_ms']:.0f} ms): {gcs}.")
+        if sp:
+            share = ", ".join(f"{t} {v:.1%}" for t, v in list(sp["gil_share"].items())[:5])
+            text += f" GIL-holding samples ({sp['samples']}): {share}."
+            if side != "headless":
+                text += " Main thread's heaviest GIL-holding stacks (leaf first): " + "; ".join(
+                    f"{n}× `{k[:140]}`" for k, n in sp["main_top"])
+        elif not spy:
+            text += " (py-spy not installed: `pip install py-spy` for the GIL split)"
+        print(text, flush=True)
+        parts.append(text)
+    return "\n\n".join(parts)
+
+
+def refresh_rate() -> tuple[float, float]:
+    """REFRESH_S and CHART_EVERY_S as tui/app.py defines them (read from source: no import)."""
+    text = (ROOT / "tui" / "app.py").read_text(encoding="utf-8")
+    refresh = float(re.search(r"^REFRESH_S\s*=\s*([\d.]+)", text, re.M).group(1))
+    chart = float(re.search(r"^CHART_EVERY_S\s*=\s*([\d.]+)", text, re.M).group(1))
+    return refresh, chart
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=700, help="steps per run (~45 s here)")
+    parser.add_argument("--skip", type=int, default=20, help="first steps left out")
+    parser.add_argument("--sizes", default="120x40,80x24", help="terminal sizes, WxH,...")
+    parser.add_argument("--max-busy", type=float, default=0.3,
+                        help="before each run, wait until fewer cores than this are busy")
+    parser.add_argument("--no-append", action="store_true", help="print only")
+    parser.add_argument("--diagnose", action="store_true",
+                        help="instead: one headless + one dashboard run with gc pauses logged "
+                             "and py-spy --gil attached (where the cost goes)")
+    parser.add_argument("--spy-seconds", type=int, default=20)
+    args = parser.parse_args()
+    sys.path.insert(0, str(ROOT))
+    if args.diagnose:
+        body = diagnose(args)
+        TmuxPane.kill_server()
+        refresh_s, _ = refresh_rate()
+        body = (f"Default config, {args.steps} steps per run, dashboard refresh "
+                f"{1 / refresh_s:g} Hz. Command: `python benchmarks/dashboard_overhead.py "
+                f"--diagnose --steps {args.steps} --spy-seconds {args.spy_seconds}`\n\n{body}")
+        if not args.no_append:
+            append_results("Dashboard overhead: where the cost goes (gc, GIL)", body)
+        return
+    from tui.cli import build_parser
+
+    defaults = build_parser().parse_args(["train"])
+    assert (defaults.batch_size, defaults.seq_len) == (B_DEFAULT, T_DEFAULT)
+    sizes = [tuple(int(v) for v in s.split("x")) for s in args.sizes.split(",")]
+    sides = ["headless"] + [f"dashboard {w}x{h}" for w, h in sizes]
+    results: dict[str, list[dict]] = {s: [] for s in sides}
+    loads: list[str] = []
+    rejected: list[str] = []
+    t_start = time.monotonic()
+    timeout = max(600.0, args.steps * 2.0)
+    for rep in range(args.repeats):
+        order = sides[rep % len(sides):] + sides[:rep % len(sides)]
+        for side in order:
+            for attempt in range(3):
+                wait_quiet(args.max_busy, 900, f"before {side}")
+                load = load_avg()
+                try:
+                    if side == "headless":
+                        res = run_headless(args.steps, args.skip, timeout)
+                    else:
+                        w, h = (int(v) for v in side.split()[1].split("x"))
+                        res = run_dashboard(w, h, args.steps, args.skip, timeout)
+                except RuntimeError as exc:  # e.g. the tree is being edited: try again later
+                    if attempt == 2:
+                        raise
+                    print(f"  {side} failed ({str(exc)[-300:]}); again in 60 s", flush=True)
+                    rejected.append(f"{side} (failed: {str(exc).splitlines()[0][:80]})")
+                    time.sleep(60)
+                    continue
+                if res.get("others_cores", 0.0) <= args.max_busy:
+                    break
+                print(f"  {side}: other processes used {res['others_cores']:.2f} cores during "
+                      f"the run ({top_cpu()}); run again ({attempt + 1}/3)", flush=True)
+                rejected.append(f"{side} ({res['tokens_per_s']:,.0f} tok/s, others "
+                                f"{res['others_cores']:.2f} cores)")
+            loads.append(load)
+            res["load_before"] = load
+            results[side].append(res)
+            print(f"repeat {rep + 1} {side:>18}: {res['tokens_per_s']:8,.0f} tok/s over "
+                  f"{res['steps']} steps / {res['wall_s']:.1f} s; main thread "
+                  f"{res.get('main_thread_cpu_pct', float('nan')):.1f}% CPU, process "
+                  f"{res.get('process_cpu_pct', float('nan')):.0f}%, tmux "
+                  f"{res.get('tmux_cpu_pct', float('nan')):.1f}%, others "
+                  f"{res.get('others_cores', float('nan')):.2f} cores; load {loads[-1]}",
+                  flush=True)
+    TmuxPane.kill_server()
+    refresh_s, chart_s = refresh_rate()
+    head = median([r["tokens_per_s"] for r in results["headless"]])
+    lines = ["| side | tokens/s (median) | ratio to headless | paired ratios | target | "
+             "main-thread CPU | tmux CPU | all runs (tok/s) |", "|---|---|---|---|---|---|---|---|"]
+    verdicts = []
+    for side in sides:
+        vals = [r["tokens_per_s"] for r in results[side]]
+        med = median(vals)
+        main_cpu = median([r.get("main_thread_cpu_pct", float("nan")) for r in results[side]])
+        tmux_cpu = [r["tmux_cpu_pct"] for r in results[side] if "tmux_cpu_pct" in r]
+        if side == "headless":
+            lines.append(f"| {side} | {med:,.0f} | 1 | | | {main_cpu:.1f}% | | "
+                         f"{', '.join(f'{v:,.0f}' for v in vals)} |")
+            continue
+        ratio = med / head
+        paired = [r["tokens_per_s"] / h["tokens_per_s"]
+                  for r, h in zip(results[side], results["headless"], strict=True)]
+        met = "met" if ratio >= 0.98 else "MISSED"
+        verdicts.append(f"{side}: {ratio:.3f} ({met})")
+        lines.append(f"| {side} | {med:,.0f} | **{ratio:.3f}** | "
+                     f"{', '.join(f'{p:.3f}' for p in paired)} | ≥ 0.98: {met} | "
+                     f"{main_cpu:.1f}% | {median(tmux_cpu) if tmux_cpu else float('nan'):.1f}% | "
+                     f"{', '.join(f'{v:,.0f}' for v in vals)} |")
+    table = "\n".join(lines)
+    others = ", ".join(f"{r.get('others_cores', float('nan')):.2f}"
+                       for side in sides for r in results[side])
+    elapsed = time.monotonic() - t_start
+    body = (
+        f"Config: `memtop train` defaults (B={B_DEFAULT}, T={T_DEFAULT}, 4 layers, dim 128, "
+        f"explicit attention, bf16, CPU), {args.steps} steps per run, tokens/s over steps "
+        f"{args.skip}..{args.steps} from metrics.jsonl time_s (tokens ÷ wall time). Dashboard "
+        f"refresh {1 / refresh_s:g} Hz (tui/app.py REFRESH_S = {refresh_s}), memory chart "
+        f"rebuilt every {chart_s:g} s. Each run is its own process: headless = "
+        f"`python -m tui.cli train --headless`, dashboard = `python -m tui.cli train` in a "
+        f"detached tmux {tmux_version()} pane of the given size (TERM inside tmux: tmux's "
+        f"default), quit with q after the last step row. {args.repeats} repeats, order "
+        f"rotated each repeat. Main-thread CPU = the app process's main (UI) thread, "
+        f"% of one core over the timed interval; tmux CPU = the tmux server (parses the "
+        f"app's output). 1-min/5-min/15-min load average before each run: "
+        f"{'; '.join(loads)}. CPU used by other processes during the timed intervals "
+        f"(cores, per run): {others}. Runs thrown away because other processes used the CPU "
+        f"meanwhile: {'; '.join(rejected) or 'none'}. Wall time {elapsed / 60:.1f} min.\n"
+        f"Command: `python benchmarks/dashboard_overhead.py --repeats {args.repeats} --steps "
+        f"{args.steps} --skip {args.skip} --sizes {args.sizes}`\n\n{table}\n\n"
+        f"Target dashboard ≥ 0.98 of headless: {'; '.join(verdicts)}."
+    )
+    print(machine())
+    print(table)
+    if not args.no_append:
+        append_results("Dashboard overhead: dashboard in a real terminal vs headless", body)
+
+
+def tmux_version() -> str:
+    try:
+        return subprocess.run(["tmux", "-V"], capture_output=True, text=True).stdout.split()[-1]
+    except (OSError, IndexError):
+        return "?"
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,238 @@
+"""Memory over time: memtop's own RSS over a long headless run and a long dashboard run.
+
+    python benchmarks/memory_soak.py [--steps 100000] [--warm-step 2000] [--dash-minutes 10]
+                                     [--warm-seconds 60] [--skip-headless] [--skip-dashboard]
+                                     [--no-append]
+
+Both runs train a tiny config (--layers 1 --dim 32 --heads 2 --seq-len 16 --batch-size 4), so
+steps are quick and whatever memtop itself keeps per step (rings, sinks, detector and UI
+histories, the metrics writer) would dominate any growth. Target (issue 7): < 5 MiB of growth
+after warm-up.
+- headless: `python -m tui.cli train --headless --steps N`; RSS from the step rows'
+  host_rss_bytes (/proc/self/statm read by the trainer each step), at --warm-step vs the last
+  step, plus the max after warm-up and a least-squares slope; /proc/PID/status VmRSS is sampled
+  every 5 s from outside as a cross-check.
+- dashboard: `python -m tui.cli train --steps 0` in a tmux pane (120x40) for --dash-minutes;
+  VmRSS of the app process sampled every 5 s (warm = --warm-seconds after the start), and the
+  step rows' host_rss_bytes likewise; then q.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from common import ROOT, append_results, machine
+from dashboard_overhead import TmuxPane, load_avg, memtop_argv, proc_rss_bytes, run_folder
+
+TINY = ["--layers", "1", "--dim", "32", "--heads", "2", "--seq-len", "16", "--batch-size", "4"]
+TARGET_MIB = 5.0
+MIB = 1024 * 1024
+
+
+def rss_rows(metrics: Path) -> list[tuple[int, float, int, int | None]]:
+    """(step, time_s, host_rss_bytes, allocated_bytes) of every step row."""
+    out = []
+    with open(metrics, encoding="utf-8") as fh:
+        for line in fh:
+            if line.startswith('{"step"'):
+                r = json.loads(line)
+                if r.get("host_rss_bytes") is not None:
+                    out.append((r["step"], r["time_s"], r["host_rss_bytes"],
+                                r.get("allocated_bytes")))
+    return out
+
+
+def slope_per_1k(xs: list[float], ys: list[float]) -> float:
+    """Least-squares slope of ys over xs, per 1000 x (bytes per 1000 steps / seconds)."""
+    n = len(xs)
+    if n < 2:
+        return float("nan")
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    sxy = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True))
+    return 1000 * sxy / sxx if sxx else float("nan")
+
+
+def at_or_after(rows: list, step: int):
+    for r in rows:
+        if r[0] >= step:
+            return r
+    return rows[-1]
+
+
+def summarise_steps(rows: list, warm_step: int) -> dict:
+    warm = at_or_after(rows, warm_step)
+    last = rows[-1]
+    after = [r for r in rows if r[0] >= warm[0]]
+    heap = [r for r in after if r[3] is not None]
+    return {
+        "warm_step": warm[0], "last_step": last[0], "rss_warm": warm[2], "rss_end": last[2],
+        "rss_max_after": max(r[2] for r in after), "rss_min_after": min(r[2] for r in after),
+        "growth": last[2] - warm[2],
+        "slope_per_1k_steps": slope_per_1k([r[0] for r in after], [r[2] for r in after]),
+        "heap_warm": heap[0][3] if heap else None, "heap_end": heap[-1][3] if heap else None,
+    }
+
+
+def headless(steps: int, warm_step: int, sample_s: float) -> dict:
+    with tempfile.TemporaryDirectory(prefix="memtop-soak-") as tmp:
+        t0 = time.monotonic()
+        proc = subprocess.Popen(memtop_argv("--headless", "--steps", str(steps), *TINY,
+                                            "--log-every", "10000", "--run-dir", tmp),
+                                cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+        outside: list[tuple[float, int]] = []
+        while proc.poll() is None:
+            rss = proc_rss_bytes(proc.pid)
+            if rss is not None:
+                outside.append((time.monotonic() - t0, rss))
+            try:
+                proc.wait(sample_s)
+            except subprocess.TimeoutExpired:
+                pass
+        out, err = proc.communicate()
+        if proc.returncode != 0:
+            raise RuntimeError(f"headless soak exited {proc.returncode}: {err[-800:]}")
+        run = run_folder(Path(tmp))
+        rows = rss_rows(run / "metrics.jsonl")
+        res = summarise_steps(rows, warm_step)
+        res["wall_s"] = time.monotonic() - t0
+        res["step_ms"] = 1000 * (rows[-1][1] - rows[0][1]) / max(1, rows[-1][0] - rows[0][0])
+        res["metrics_mib"] = (run / "metrics.jsonl").stat().st_size / MIB
+        res["outside"] = outside
+        warm_t = next((r[1] for r in rows if r[0] >= res["warm_step"]), 0.0)
+        after = [v for t, v in outside if t >= warm_t + 2]
+        res["outside_max_after"] = max(after) if after else None
+        res["outside_last"] = outside[-1][1] if outside else None
+        return res
+
+
+def dashboard(minutes: float, warm_s: float, sample_s: float) -> dict:
+    with tempfile.TemporaryDirectory(prefix="memtop-soak-dash-") as tmp:
+        pane = TmuxPane(f"soak-{int(time.time())}", 120, 40,
+                        memtop_argv("--steps", "0", *TINY, "--run-dir", tmp))
+        t0 = time.monotonic()
+        samples: list[tuple[float, int]] = []
+        try:
+            while time.monotonic() - t0 < minutes * 60:
+                rss = proc_rss_bytes(pane.pid)
+                if rss is None or pane.dead:
+                    raise RuntimeError(f"the dashboard exited early:\n{pane.capture()}")
+                samples.append((time.monotonic() - t0, rss))
+                time.sleep(sample_s)
+            screen = pane.capture()
+            pane.send("q")
+            if not pane.wait_dead(120):
+                raise RuntimeError("the dashboard did not exit after q")
+            code = pane.exit_status()
+            run = run_folder(Path(tmp))
+            rows = rss_rows(run / "metrics.jsonl")
+        finally:
+            pane.kill()
+            TmuxPane.kill_server()
+    warm = next(s for s in samples if s[0] >= warm_s)
+    after = [s for s in samples if s[0] >= warm[0]]
+    # the step at the warm time: time_s in rows counts from the trainer's start, ~1-2 s after
+    # ours; close enough to pick the row-based warm point
+    warm_row = next((r for r in rows if r[1] >= warm_s), rows[0])
+    steps = summarise_steps(rows, warm_row[0])
+    return {
+        "exit": code, "samples": len(samples), "rss_warm": warm[1], "rss_end": samples[-1][1],
+        "rss_max_after": max(v for _, v in after), "rss_min_after": min(v for _, v in after),
+        "growth": samples[-1][1] - warm[1],
+        "slope_per_1k_s": slope_per_1k([t for t, _ in after], [v for _, v in after]),
+        "steps": rows[-1][0], "rows": steps, "screen_ok": "STEP" in screen.upper(),
+    }
+
+
+def mib(v: float | None) -> str:
+    return "n/a" if v is None else f"{v / MIB:.2f}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=100_000, help="headless steps")
+    parser.add_argument("--warm-step", type=int, default=2000)
+    parser.add_argument("--dash-minutes", type=float, default=10.0)
+    parser.add_argument("--warm-seconds", type=float, default=60.0)
+    parser.add_argument("--sample-s", type=float, default=5.0)
+    parser.add_argument("--skip-headless", action="store_true")
+    parser.add_argument("--skip-dashboard", action="store_true")
+    parser.add_argument("--no-append", action="store_true")
+    args = parser.parse_args()
+    parts: list[str] = []
+    verdicts: list[str] = []
+    cfg = " ".join(TINY)
+    if not args.skip_headless:
+        load0 = load_avg()
+        h = headless(args.steps, args.warm_step, args.sample_s)
+        load1 = load_avg()
+        met = "met" if h["growth"] / MIB < TARGET_MIB else "MISSED"
+        verdicts.append(f"headless {h['last_step']:,} steps: {h['growth'] / MIB:+.2f} MiB "
+                        f"({met})")
+        parts.append(
+            f"Headless: `python -m tui.cli train --headless --steps {args.steps} {cfg}`, "
+            f"{h['last_step']:,} steps in {h['wall_s'] / 60:.1f} min ({h['step_ms']:.2f} ms/step;"
+            f" metrics.jsonl {h['metrics_mib']:.0f} MiB on disk). Load average {load0} before, "
+            f"{load1} after.\n\n"
+            "| figure | MiB |\n|---|---|\n"
+            f"| RSS at step {h['warm_step']:,} (warm) | {mib(h['rss_warm'])} |\n"
+            f"| RSS at step {h['last_step']:,} (end) | {mib(h['rss_end'])} |\n"
+            f"| **growth after warm-up** (target < {TARGET_MIB:g} MiB: {met}) | "
+            f"**{h['growth'] / MIB:+.2f}** |\n"
+            f"| min / max RSS after warm-up | {mib(h['rss_min_after'])} / "
+            f"{mib(h['rss_max_after'])} |\n"
+            f"| least-squares slope after warm-up, per 1000 steps | "
+            f"{h['slope_per_1k_steps'] / MIB:+.4f} |\n"
+            f"| glibc heap in use at warm / end | {mib(h['heap_warm'])} / {mib(h['heap_end'])} |\n"
+            f"| VmRSS sampled from outside every {args.sample_s:g} s: max after warm-up / last | "
+            f"{mib(h['outside_max_after'])} / {mib(h['outside_last'])} |")
+        print(parts[-1], flush=True)
+    if not args.skip_dashboard:
+        load0 = load_avg()
+        d = dashboard(args.dash_minutes, args.warm_seconds, args.sample_s)
+        load1 = load_avg()
+        met = "met" if d["growth"] / MIB < TARGET_MIB else "MISSED"
+        r = d["rows"]
+        verdicts.append(f"dashboard {args.dash_minutes:g} min ({d['steps']:,} steps): "
+                        f"{d['growth'] / MIB:+.2f} MiB ({met})")
+        parts.append(
+            f"Dashboard: `python -m tui.cli train --steps 0 {cfg}` in tmux 120x40 for "
+            f"{args.dash_minutes:g} min ({d['steps']:,} steps), VmRSS of the app process every "
+            f"{args.sample_s:g} s ({d['samples']} samples), warm = {args.warm_seconds:g} s; exit "
+            f"status after q: {d['exit']}. Load average {load0} before, {load1} after.\n\n"
+            "| figure | MiB |\n|---|---|\n"
+            f"| VmRSS at {args.warm_seconds:g} s (warm) | {mib(d['rss_warm'])} |\n"
+            f"| VmRSS at the end | {mib(d['rss_end'])} |\n"
+            f"| **growth after warm-up** (target < {TARGET_MIB:g} MiB: {met}) | "
+            f"**{d['growth'] / MIB:+.2f}** |\n"
+            f"| min / max after warm-up | {mib(d['rss_min_after'])} / "
+            f"{mib(d['rss_max_after'])} |\n"
+            f"| least-squares slope after warm-up, per 1000 s | "
+            f"{d['slope_per_1k_s'] / MIB:+.3f} |\n"
+            f"| step rows' host_rss_bytes: step {r['warm_step']:,} -> {r['last_step']:,} | "
+            f"{mib(r['rss_warm'])} -> {mib(r['rss_end'])} ({r['growth'] / MIB:+.2f}) |\n"
+            f"| glibc heap in use at warm / end | {mib(r['heap_warm'])} / "
+            f"{mib(r['heap_end'])} |")
+        print(parts[-1], flush=True)
+    if not parts:
+        return
+    flags = (f"--steps {args.steps} --warm-step {args.warm_step} --dash-minutes "
+             f"{args.dash_minutes:g} --warm-seconds {args.warm_seconds:g}"
+             + (" --skip-headless" if args.skip_headless else "")
+             + (" --skip-dashboard" if args.skip_dashboard else ""))
+    body = (f"Tiny config `{cfg}` (bf16, CPU), memtop's every instrument on.\n"
+            f"Command: `python benchmarks/memory_soak.py {flags}`\n\n"
+            + "\n\n".join(parts) + f"\n\nResult: {'; '.join(verdicts)}.")
+    print(machine())
+    if not args.no_append:
+        append_results("Memory over time: memtop's own RSS in long runs", body)
+
+
+if __name__ == "__main__":
+    main()
