@@ -112,18 +112,33 @@ def headless(steps: int, warm_step: int, sample_s: float) -> dict:
         return res
 
 
-def dashboard(minutes: float, warm_s: float, sample_s: float) -> dict:
+def dashboard(minutes: float, warm_s: float, sample_s: float, help_every_s: float,
+              profile_every_s: float) -> dict:
     with tempfile.TemporaryDirectory(prefix="memtop-soak-dash-") as tmp:
         pane = TmuxPane(f"soak-{int(time.time())}", 120, 40,
                         memtop_argv("--steps", "0", *TINY, "--run-dir", tmp))
         t0 = time.monotonic()
         samples: list[tuple[float, int]] = []
+        presses = {"help": 0, "p": 0}
+        next_help = help_every_s if help_every_s > 0 else float("inf")
+        next_prof = profile_every_s if profile_every_s > 0 else float("inf")
         try:
             while time.monotonic() - t0 < minutes * 60:
                 rss = proc_rss_bytes(pane.pid)
                 if rss is None or pane.dead:
                     raise RuntimeError(f"the dashboard exited early:\n{pane.capture()}")
-                samples.append((time.monotonic() - t0, rss))
+                now = time.monotonic() - t0
+                samples.append((now, rss))
+                if now >= next_help:  # a user opening and closing the help screen
+                    pane.send("?")
+                    time.sleep(1.0)
+                    pane.send("?")
+                    presses["help"] += 1
+                    next_help += help_every_s
+                if now >= next_prof:  # and asking for a profiler window
+                    pane.send("p")
+                    presses["p"] += 1
+                    next_prof += profile_every_s
                 time.sleep(sample_s)
             screen = pane.capture()
             pane.send("q")
@@ -147,6 +162,7 @@ def dashboard(minutes: float, warm_s: float, sample_s: float) -> dict:
         "growth": samples[-1][1] - warm[1],
         "slope_per_1k_s": slope_per_1k([t for t, _ in after], [v for _, v in after]),
         "steps": rows[-1][0], "rows": steps, "screen_ok": "STEP" in screen.upper(),
+        "presses": presses,
     }
 
 
@@ -161,6 +177,10 @@ def main() -> None:
     parser.add_argument("--dash-minutes", type=float, default=10.0)
     parser.add_argument("--warm-seconds", type=float, default=60.0)
     parser.add_argument("--sample-s", type=float, default=5.0)
+    parser.add_argument("--help-every", type=float, default=30.0,
+                        help="dashboard: open and close the help screen every S s (0: never)")
+    parser.add_argument("--profile-every", type=float, default=120.0,
+                        help="dashboard: press p every S s (0: never)")
     parser.add_argument("--skip-headless", action="store_true")
     parser.add_argument("--skip-dashboard", action="store_true")
     parser.add_argument("--no-append", action="store_true")
@@ -195,7 +215,8 @@ def main() -> None:
         print(parts[-1], flush=True)
     if not args.skip_dashboard:
         load0 = load_avg()
-        d = dashboard(args.dash_minutes, args.warm_seconds, args.sample_s)
+        d = dashboard(args.dash_minutes, args.warm_seconds, args.sample_s, args.help_every,
+                      args.profile_every)
         load1 = load_avg()
         met = "met" if d["growth"] / MIB < TARGET_MIB else "MISSED"
         r = d["rows"]
@@ -204,7 +225,10 @@ def main() -> None:
         parts.append(
             f"Dashboard: `python -m tui.cli train --steps 0 {cfg}` in tmux 120x40 for "
             f"{args.dash_minutes:g} min ({d['steps']:,} steps), VmRSS of the app process every "
-            f"{args.sample_s:g} s ({d['samples']} samples), warm = {args.warm_seconds:g} s; exit "
+            f"{args.sample_s:g} s ({d['samples']} samples), warm = {args.warm_seconds:g} s; keys "
+            f"sent meanwhile: ? open + close {d['presses']['help']} times (every "
+            f"{args.help_every:g} s), p {d['presses']['p']} times (every "
+            f"{args.profile_every:g} s); exit "
             f"status after q: {d['exit']}. Load average {load0} before, {load1} after.\n\n"
             "| figure | MiB |\n|---|---|\n"
             f"| VmRSS at {args.warm_seconds:g} s (warm) | {mib(d['rss_warm'])} |\n"
@@ -223,7 +247,8 @@ def main() -> None:
     if not parts:
         return
     flags = (f"--steps {args.steps} --warm-step {args.warm_step} --dash-minutes "
-             f"{args.dash_minutes:g} --warm-seconds {args.warm_seconds:g}"
+             f"{args.dash_minutes:g} --warm-seconds {args.warm_seconds:g} --help-every "
+             f"{args.help_every:g} --profile-every {args.profile_every:g}"
              + (" --skip-headless" if args.skip_headless else "")
              + (" --skip-dashboard" if args.skip_dashboard else ""))
     body = (f"Tiny config `{cfg}` (bf16, CPU), memtop's every instrument on.\n"
