@@ -205,11 +205,13 @@ class GroundTruth(StepHook):
         self.rows.append(row)
         if self.is_cuda and record.step in self.nvml_steps:
             self.nvml_rows.append({"step": record.step, "memtop_driver": record.driver_used_bytes,
-                                   "reserved": record.reserved_bytes, **nvml_truth()})
+                                   "reserved": record.reserved_bytes,
+                                   **nvml_truth(self.ctx.device)})
 
 
-def nvml_truth() -> dict[str, Any]:
-    """This process's GPU memory from a fresh NVML read and from nvidia-smi, now."""
+def nvml_truth(device: torch.device) -> dict[str, Any]:
+    """This process's GPU memory from a fresh NVML read and from nvidia-smi, now. The NVML
+    handle is found by UUID (CUDA and NVML may number GPUs differently), else by index."""
     pid = os.getpid()
     out: dict[str, Any] = {"nvml_fresh": None, "smi_mib": None, "smi_pids": None}
     try:
@@ -217,8 +219,13 @@ def nvml_truth() -> dict[str, Any]:
 
         pynvml.nvmlInit()
         try:
-            idx = torch.cuda.current_device()
-            handle = pynvml.nvmlDeviceGetHandleByIndex(idx)
+            idx = device.index if device.index is not None else torch.cuda.current_device()
+            try:
+                uuid = str(torch.cuda.get_device_properties(idx).uuid)
+                handle = pynvml.nvmlDeviceGetHandleByUUID(
+                    uuid if uuid.startswith("GPU-") else f"GPU-{uuid}")
+            except Exception:
+                handle = pynvml.nvmlDeviceGetHandleByIndex(idx)
             for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
                 if proc.pid == pid and proc.usedGpuMemory is not None:
                     out["nvml_fresh"] = int(proc.usedGpuMemory)

@@ -163,6 +163,7 @@ def dashboard(minutes: float, warm_s: float, sample_s: float, help_every_s: floa
         "slope_per_1k_s": slope_per_1k([t for t, _ in after], [v for _, v in after]),
         "steps": rows[-1][0], "rows": steps, "screen_ok": "STEP" in screen.upper(),
         "presses": presses,
+        "per_minute": [(t, v) for t, v in samples if int(t) % 60 < sample_s] ,
     }
 
 
@@ -242,7 +243,8 @@ def main() -> None:
             f"| step rows' host_rss_bytes: step {r['warm_step']:,} -> {r['last_step']:,} | "
             f"{mib(r['rss_warm'])} -> {mib(r['rss_end'])} ({r['growth'] / MIB:+.2f}) |\n"
             f"| glibc heap in use at warm / end | {mib(r['heap_warm'])} / "
-            f"{mib(r['heap_end'])} |")
+            f"{mib(r['heap_end'])} |\n\nVmRSS about every minute (s: MiB): "
+            + ", ".join(f"{t:.0f}: {v / MIB:.1f}" for t, v in d["per_minute"]))
         print(parts[-1], flush=True)
     if not parts:
         return
