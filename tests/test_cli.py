@@ -21,18 +21,19 @@ TINY_ARGS = ["--device", "cpu", "--layers", "1", "--heads", "2", "--dim", "32", 
     (["--batch-size", "0"], "--batch-size must be a positive integer"),
     (["--seq-len", "-3"], "--seq-len must be a positive integer"),
     (["--dim", "30", "--heads", "4"], "divisible by --heads"),
-    (["--amp", "fp8"], "unknown amp mode 'fp8'"),
+    (["--amp", "fp8"], "invalid choice: 'fp8'"),
     (["--device", "tpu"], "unknown device 'tpu'"),
     pytest.param(["--device", "cuda"], "CUDA is not available", marks=NO_CUDA),
     pytest.param(["--device", "cuda:1"], "CUDA is not available", marks=NO_CUDA),
     (["--seq-len", "256"], "above the block size 128"),
-    (["--attention", "flash"], "unknown attention 'flash'"),
+    (["--attention", "flash"], "invalid choice: 'flash'"),
     (["--steps", "-1"], "--steps must be zero or a positive integer"),
     (["--steps", "ten"], "'ten' is not an integer"),
     (["--lr", "0"], "--lr must be a positive finite number"),
     (["--lr", "nan"], "--lr must be a positive finite number"),
     (["--max-memory", "lots"], "cannot read 'lots' as a size"),
-    (["--leak", "tensors"], "unknown leak kind 'tensors'"),
+    (["--leak", "tensors"], "invalid choice: 'tensors'"),
+    (["--device", "cuda:x"], "not of the form cuda:N"),
     (["--leak-stop-at", "5"], "--leak-stop-at needs --leak-at"),
     (["--leak-at", "9", "--leak-stop-at", "5"], "must come after --leak-at 9"),
     (["--profile-active", "0"], "--profile-active must be a positive integer"),
@@ -81,7 +82,27 @@ def test_headless_subprocess_end_to_end(tmp_path):
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert sum(1 for r in rows if "event" not in r) == 12
     config = json.loads((run / "config.json").read_text())
-    assert config["resolved_device"] == "cpu" and config["resolved_amp"] == "bf16"
+    assert config["device"] == "cpu" and config["amp"] == "auto"  # as given
+    started = next(r for r in rows if r.get("event") == "run_started")
+    assert started["device"] == "cpu" and started["amp"] == "bf16"  # as resolved at run start
+
+
+def test_a_cuda_runs_config_loads_on_a_machine_without_cuda():
+    from trainer.config import TrainConfig
+
+    config = TrainConfig.from_json({**TrainConfig(device="cuda:3").to_json(), "future_key": 1})
+    assert config.device == "cuda:3" and config.batch_size == 16
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="CUDA is not available"):
+            config.resolve()
+
+
+def test_version_and_help_fit_80_columns():
+    result = run_cli("--version")
+    assert result.returncode == 0 and result.stdout.startswith("memtop ")
+    for args in (("--help",), ("train", "--help"), ("report", "--help")):
+        out = run_cli(*args, env={"COLUMNS": "200"}).stdout
+        assert out and max(len(line) for line in out.splitlines()) <= 80, args
 
 
 def test_help_explains_every_option():

@@ -18,7 +18,7 @@ import pytest
 from conftest import ROOT, TINY, run_cli
 
 from probes.report import ReportError, build_report, peak_flops, percentile, write_report
-from tui.report_cmd import run_report
+from tui.cli import main as cli_main
 
 FIELDS = {
     "hardware": ("device", "device_name", "cpu_model", "cpu_count", "ram_bytes"),
@@ -293,7 +293,7 @@ def test_report_ignores_wrongly_typed_values(tmp_path, capsys, case):
     started, extra, expect = JUNK[case]
     tail = "[" * 100_000 + "\n" if case == "nested_brackets" else ""  # RecursionError in json
     run_dir = _junk_run(tmp_path, started, extra, tail)
-    assert run_report(str(run_dir)) == 0, capsys.readouterr().err
+    assert cli_main(["report", str(run_dir)]) == 0, capsys.readouterr().err
     out, err = capsys.readouterr()
     assert err == "" and out.startswith("memtop: report ")
     assert expect in (run_dir / "report.md").read_text()

@@ -1,24 +1,46 @@
-"""The training run's configuration: one dataclass that validates itself with plain sentences."""
+"""The training run's configuration: one dataclass that validates itself with plain sentences.
+
+It imports no torch: a config loads (and `memtop train --help` runs) anywhere, and a CUDA run's
+config.json reads on a laptop. The device is resolved only when a run starts (``resolve()``).
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from dataclasses import dataclass, field
-from typing import Any
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
 
-import torch
+from trainer.corpus import corpus_bytes
 
-from trainer.data import corpus_bytes
-from trainer.model import ATTENTION_KINDS, GPTConfig
+if TYPE_CHECKING:
+    import torch
+
+    from trainer.model import GPTConfig
 
 AMP_MODES = ("auto", "off", "bf16", "fp16")
 LEAK_KINDS = ("graph", "logits")
+ATTENTION_KINDS = ("explicit", "sdpa")  # explicit: B×nh×T×T scores stored; sdpa: fused kernel
 MAX_BLOCK_SIZE = 8192  # the causal mask is block_size² bools; the shipped text is ~8k bytes
+_DEVICE_RE = re.compile(r"^(auto|cpu|cuda|cuda:\d+)$")
+
+
+def check_device_text(text: str) -> None:
+    """ValueError unless ``text`` is auto, cpu, cuda or cuda:N (whether it exists comes later)."""
+    clean = text.strip().lower()
+    if clean.startswith("cuda:") and not _DEVICE_RE.match(clean):
+        raise ValueError(f"device {text!r} is not of the form cuda:N")
+    if not _DEVICE_RE.match(clean):
+        raise ValueError(f"unknown device {text!r}; use auto, cpu, cuda or cuda:N")
 
 
 def resolve_device(text: str) -> torch.device:
     """'auto' | 'cpu' | 'cuda' | 'cuda:N' -> a device that exists here, else ValueError."""
+    import torch
+
+    check_device_text(text)
     text = text.strip().lower()
     if text == "auto":
         return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
@@ -43,6 +65,8 @@ def resolve_device(text: str) -> torch.device:
 
 def resolve_amp(amp: str, device: torch.device) -> str:
     """'auto' -> fp16 (+GradScaler) on CUDA, bf16 on CPU; checks the dtype works on the device."""
+    import torch
+
     if amp not in AMP_MODES:
         raise ValueError(f"unknown amp mode {amp!r}; use one of {', '.join(AMP_MODES)}")
     if amp == "auto":
@@ -130,18 +154,37 @@ class TrainConfig:
                                  f"--leak-at {self.leak_at}")
         if self.max_memory_bytes is not None and self.max_memory_bytes <= 0:
             raise ValueError("--max-memory must be greater than zero")
-        self.torch_device = resolve_device(self.device)
-        self.amp_mode = resolve_amp(self.amp, self.torch_device)
+        check_device_text(self.device)
+
+    def resolve(self) -> tuple[torch.device, str]:
+        """(device, amp mode) on this machine; ValueError when it lacks them. Imports torch."""
+        return self.torch_device, self.amp_mode
+
+    @cached_property
+    def torch_device(self) -> torch.device:
+        return resolve_device(self.device)
+
+    @cached_property
+    def amp_mode(self) -> str:
+        return resolve_amp(self.amp, self.torch_device)
 
     def model_config(self) -> GPTConfig:
+        from trainer.model import GPTConfig
+
         return GPTConfig(block_size=self.block_size, n_layer=self.layers, n_head=self.heads,
                          n_embd=self.dim, attention=self.attention)
 
     def to_json(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
-        data["resolved_device"] = str(self.torch_device)
-        data["resolved_amp"] = self.amp_mode
-        return data
+        """What config.json holds: the options as given (the resolved device and amp mode are
+        in the run_started row, written by the machine that ran)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TrainConfig:
+        """A config.json back into a validated config (unknown keys, e.g. from newer or older
+        memtop versions, are ignored); ValueError when a value is not valid."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
 
 
 def _flag(name: str) -> str:

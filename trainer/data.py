@@ -1,23 +1,15 @@
-"""Training data shipped inside the package: a public-domain text read as bytes (vocab 256)."""
+"""Batches of the shipped text (trainer/corpus.py) as tensors on the training device."""
 
 from __future__ import annotations
 
-from importlib import resources
-
 import torch
 
-TEXT_NAME = "sonnets.txt"
-
-
-def corpus_bytes() -> int:
-    """Length of the shipped text in tokens (bytes), for validating --seq-len up front."""
-    return len(resources.files("trainer").joinpath("data", TEXT_NAME).read_bytes())
+from trainer.corpus import corpus_raw
 
 
 def load_corpus() -> torch.Tensor:
     """The shipped text as a 1-D uint8 tensor of byte values; nothing is downloaded."""
-    raw = resources.files("trainer").joinpath("data", TEXT_NAME).read_bytes()
-    return torch.frombuffer(bytearray(raw), dtype=torch.uint8)
+    return torch.frombuffer(bytearray(corpus_raw()), dtype=torch.uint8)
 
 
 class BatchSampler:

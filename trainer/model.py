@@ -15,7 +15,7 @@ import torch
 import torch.nn as nn
 from torch.nn import functional as F
 
-ATTENTION_KINDS = ("explicit", "sdpa")
+from trainer.config import ATTENTION_KINDS
 
 
 @dataclass

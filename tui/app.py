@@ -459,9 +459,3 @@ class MemtopApp(App[int]):
             gc.unfreeze()
             self._gc_frozen = False
 
-
-def run_dashboard(config: TrainConfig, run_dir: Path) -> int:
-    """``memtop train`` on a terminal (kept here for tui.cli; see tui/dashboard_run.py)."""
-    from tui.dashboard_run import run_dashboard as run
-
-    return run(config, run_dir)

@@ -7,18 +7,26 @@ shown as n/a. Nothing the run recorded is ever touched, only the derived report 
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 
-EXIT_USAGE = 2
+from tui.commands.argtypes import EXIT_USAGE
 
 
-def run_report(run_dir: str) -> int:
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("report", help="write report.md and report.json for a run folder",
+                       description="Write report.md and report.json for a finished (or "
+                                   "interrupted) run folder.")
+    p.add_argument("run_dir", metavar="RUN_DIR", help="a runs/<timestamp>-<id>/ folder")
+
+
+def run(args: argparse.Namespace) -> int:
     """Write the report; print where it is, and why it is incomplete when it is."""
     from probes.report import ReportError, write_report
 
     try:
-        path = write_report(run_dir)
+        path = write_report(args.run_dir)
     except ReportError as exc:
         print(f"memtop report: {exc}", file=sys.stderr)
         return EXIT_USAGE

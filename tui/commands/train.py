@@ -1,0 +1,126 @@
+"""``memtop train``: the built-in mini-GPT with AMP, under the dashboard or ``--headless``.
+
+Every option's default is the TrainConfig field's default (trainer/config.py), read from there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from trainer.config import AMP_MODES, ATTENTION_KINDS, LEAK_KINDS, TrainConfig
+from tui.commands.argtypes import UsageError, default_of, int_arg, size_arg
+
+HEADLESS_STEPS = default_of(TrainConfig, "steps")  # the dashboard runs until stopped instead
+
+
+def _opt(group: argparse._ArgumentGroup, flag: str, field: str, help: str = "", **kw) -> None:
+    """An option whose default is the config field's (one definition of each default)."""
+    if kw.get("type") is int_arg:
+        kw.setdefault("metavar", "N")
+    group.add_argument(flag, dest=field, default=default_of(TrainConfig, field), help=help, **kw)
+
+
+def add_model_options(parser: argparse.ArgumentParser) -> None:
+    """Model, data and precision options (shared with commands that build the same model)."""
+    g = parser.add_argument_group("device and precision")
+    _opt(g, "--device", "device", "auto, cpu, cuda or cuda:N", metavar="DEV")
+    _opt(g, "--amp", "amp", "auto = fp16+GradScaler on CUDA, bf16 on CPU", choices=AMP_MODES)
+    g = parser.add_argument_group("model and data")
+    _opt(g, "--batch-size", "batch_size", "sequences per step (B)", type=int_arg)
+    _opt(g, "--seq-len", "seq_len", "tokens per sequence (T)", type=int_arg)
+    _opt(g, "--block-size", "block_size", "longest context; --seq-len may not exceed it",
+         type=int_arg)
+    _opt(g, "--layers", "layers", "transformer blocks", type=int_arg)
+    _opt(g, "--heads", "heads", "attention heads", type=int_arg)
+    _opt(g, "--dim", "dim", "model width; divisible by --heads", type=int_arg)
+    _opt(g, "--attention", "attention", "explicit stores B×heads×T×T scores; sdpa is fused",
+         choices=ATTENTION_KINDS)
+    _opt(g, "--seed", "seed", "random seed", type=int_arg)
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "train",
+        help="train the built-in mini-GPT with AMP and watch it (dashboard or --headless)",
+        description="Train a small GPT on a text shipped with memtop, with mixed precision, and "
+                    "sample allocated/reserved/peak memory, driver-level usage, the GradScaler "
+                    "scale and tokens/s every step. Opens a terminal dashboard unless --headless.")
+    g = p.add_argument_group("mode")
+    g.add_argument("--headless", action="store_true",
+                   help="no dashboard: print a line every --log-every steps")
+    g.add_argument("--log-every", type=int_arg, default=10, metavar="N",
+                   help="headless: print one line every N steps")
+    _opt(g, "--run-dir", "run_dir", "folder in which a fresh <timestamp>-<id>/ run folder "
+         "is made", metavar="DIR")
+    add_model_options(p)
+    g = p.add_argument_group("training")
+    g.add_argument("--steps", type=int_arg, default=None, metavar="N",
+                   help=f"optimizer steps, 0 = until stopped (default: {HEADLESS_STEPS} "
+                        "headless, 0 in the dashboard)")
+    _opt(g, "--lr", "lr", "AdamW learning rate", type=float, metavar="LR")
+    _opt(g, "--warmup-steps", "warmup_steps", "steps before the peak counters are reset",
+         type=int_arg)
+    _opt(g, "--grad-clip", "grad_clip", "max gradient norm (unscaled); 0 disables clipping",
+         type=float, metavar="NORM")
+    _opt(g, "--max-memory", "max_memory_bytes", "stop cleanly before the watched counter "
+         "(device allocated on CUDA, process RSS on CPU) passes SIZE, e.g. 6GiB",
+         type=size_arg, metavar="SIZE")
+    g = p.add_argument_group("profiler window")
+    _opt(g, "--profile-wait", "profile_wait", "steps the window waits before warming up",
+         type=int_arg)
+    _opt(g, "--profile-warmup", "profile_warmup", "steps traced and thrown away", type=int_arg)
+    _opt(g, "--profile-active", "profile_active", "steps recorded", type=int_arg)
+    _opt(g, "--profile-at", "profile_at", "open a profiler window at STEP (repeatable)",
+         type=int_arg, action="append", metavar="STEP")
+    _opt(g, "--profile-memory", "profile_memory", "also record allocations in the window",
+         action="store_true")
+    _opt(g, "--profile-shapes", "profile_record_shapes", "also record input shapes (stopping "
+         "the profiler then takes ~3x longer)", action="store_true")
+    g = p.add_argument_group("leak demo")
+    _opt(g, "--leak", "leak", "what `l` and --leak-at leak: graph keeps loss with its "
+         "autograd graph each step; logits keeps each step's logits", choices=LEAK_KINDS)
+    _opt(g, "--leak-at", "leak_at", "start the leak demo at STEP", type=int_arg,
+         metavar="STEP")
+    _opt(g, "--leak-stop-at", "leak_stop_at", "stop the leak demo (drop what it kept) at STEP",
+         type=int_arg, metavar="STEP")
+
+
+def config_from_args(args: argparse.Namespace) -> TrainConfig:
+    """argparse namespace -> validated TrainConfig (ValueError on bad values)."""
+    import dataclasses
+
+    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)
+              if hasattr(args, f.name)}
+    values["steps"] = args.steps if args.steps is not None else (
+        HEADLESS_STEPS if args.headless else 0)
+    values["profile_at"] = list(values.get("profile_at") or [])
+    return TrainConfig(**values)
+
+
+def run(args: argparse.Namespace) -> int:
+    terminal = sys.stdin.isatty() and sys.stdout.isatty() and sys.stderr.isatty()
+    if not args.headless and not terminal:  # Textual draws on stderr: all three must be TTYs
+        raise UsageError("memtop train: no terminal here (stdin, stdout or stderr is not a "
+                         "TTY); use `memtop train --headless` for plain output")
+    if args.log_every < 1:
+        raise UsageError(f"memtop train: --log-every must be a positive integer, "
+                         f"got {args.log_every}")
+    try:
+        config = config_from_args(args)
+        config.resolve()  # the device and amp mode exist here (imports torch)
+    except ValueError as exc:
+        raise UsageError(f"memtop train: {exc}") from None
+    from probes.rundir import RunDirError, create_run_dir
+
+    try:
+        run_dir = create_run_dir(config.run_dir)
+    except RunDirError as exc:
+        raise UsageError(f"memtop train: {exc}") from None
+    if args.headless:
+        from tui.headless import run_headless
+
+        return run_headless(config, run_dir, log_every=args.log_every)
+    from tui.dashboard_run import run_dashboard
+
+    return run_dashboard(config, run_dir)
