@@ -56,11 +56,11 @@ os.environ.setdefault("KINETO_LOG_LEVEL", "5")
 import torch  # noqa: E402
 from common import in_thread, median  # noqa: E402  (puts the repo root on sys.path)
 
+from probes.control import RunControl  # noqa: E402
 from probes.hooks import StepHook  # noqa: E402
-from probes.rundir import create_run_dir  # noqa: E402
-from probes.sample import Event, StepSample  # noqa: E402
+from probes.records import Event, StepSample  # noqa: E402
+from probes.runfolder import create_run_dir  # noqa: E402
 from trainer.config import TrainConfig  # noqa: E402
-from trainer.control import TrainControl  # noqa: E402
 from trainer.instruments import build_hooks  # noqa: E402
 from trainer.loop import Trainer  # noqa: E402
 
@@ -120,7 +120,7 @@ def train(ctx: Ctx, name: str, cfg: TrainConfig, sinks: list | None = None,
     root = ctx.out / "runs" / name
     run_dir = create_run_dir(root)
     records: list = []
-    trainer = Trainer(cfg, run_dir, TrainControl(), sinks=[*(sinks or []), records.append],
+    trainer = Trainer(cfg, run_dir, RunControl(), sinks=[*(sinks or []), records.append],
                       hooks=build_hooks(cfg) + list(hooks or []))
     trainer.start()
     if not trainer.join(min(timeout_s, max(5.0, ctx.left_s()))):

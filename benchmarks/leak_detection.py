@@ -18,11 +18,11 @@ from typing import Any
 
 from common import append_results, machine
 
+from probes.control import RunControl
 from probes.leak import LeakDetectorConfig, LeakWatch
-from probes.rundir import create_run_dir
-from probes.sample import Event, StepSample
+from probes.records import Event, StepSample
+from probes.runfolder import create_run_dir
 from trainer.config import TrainConfig
-from trainer.control import TrainControl
 from trainer.instruments import build_hooks
 from trainer.loop import Trainer
 
@@ -49,7 +49,7 @@ def run(cfg: TrainConfig, pause_at: int | None = None) -> tuple[Record, LeakWatc
     watch = next(h for h in hooks if isinstance(h, LeakWatch))
     profiler = any(hasattr(h, "request") for h in hooks)
     record = Record()
-    control = TrainControl()
+    control = RunControl()
     trainer = Trainer(cfg, create_run_dir(cfg.run_dir), control=control, sinks=[record],
                       hooks=hooks)
     trainer.start()

@@ -17,7 +17,7 @@ import torch
 from common import append_results, in_thread, machine, median
 
 from probes.ring import Ring
-from probes.rundir import create_run_dir
+from probes.runfolder import create_run_dir
 from trainer.config import TrainConfig
 from trainer.data import BatchSampler, load_corpus
 from trainer.instruments import build_hooks

@@ -34,11 +34,11 @@ os.environ.setdefault("KINETO_LOG_LEVEL", "5")
 
 from common import append_results, median  # noqa: E402  (puts the repo root on sys.path)
 
+from probes.control import RunControl  # noqa: E402
 from probes.hooks import StepHook  # noqa: E402
 from probes.profwindow import ProfilerWindow  # noqa: E402
-from probes.sample import Event, StepSample  # noqa: E402
+from probes.records import Event, StepSample  # noqa: E402
 from trainer.config import TrainConfig  # noqa: E402
-from trainer.control import TrainControl  # noqa: E402
 from trainer.loop import Trainer  # noqa: E402
 
 TICK_S = 0.010
@@ -105,7 +105,7 @@ class Driver(StepHook):
     """Sets the next mode, presses `p` after ``clean`` clean steps, waits for the table, counts
     ``clean`` more; stops after ``windows`` windows."""
 
-    def __init__(self, control: TrainControl, window: TimedWindow, warmup: int, clean: int,
+    def __init__(self, control: RunControl, window: TimedWindow, warmup: int, clean: int,
                  windows: int) -> None:
         self.control, self.window = control, window
         self.warmup, self.clean, self.windows = warmup, clean, windows
@@ -161,7 +161,7 @@ def measure(repeats: int, clean: int, warmup: int) -> tuple[list[dict], dict]:
                       run_dir=tempfile.mkdtemp(prefix="memtop-bench-prof-"))
     run_dir = Path(cfg.run_dir) / "run"
     run_dir.mkdir()
-    control = TrainControl()
+    control = RunControl()
     window = TimedWindow()
     driver = Driver(control, window, warmup, clean, repeats * len(MODES))
     done: list[Event] = []

@@ -18,9 +18,9 @@ from common import append_results, in_thread, machine, median
 
 from probes.memory import MemoryProbe, RssReader, heap_counters
 from probes.nvml import NvmlPoller
+from probes.records import StepSample
 from probes.ring import Ring
-from probes.rundir import MetricsWriter
-from probes.sample import StepSample
+from probes.runfolder import MetricsWriter
 
 
 def per_call_us(fn, n: int) -> float:
@@ -37,7 +37,7 @@ def _train_a_while(steps: int):
     """Run memtop's trainer on the default config and keep it (and its heap) alive."""
     import dataclasses
 
-    from probes.rundir import create_run_dir
+    from probes.runfolder import create_run_dir
     from trainer.config import TrainConfig
     from trainer.instruments import build_hooks
     from trainer.loop import Trainer

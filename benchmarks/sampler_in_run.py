@@ -18,7 +18,7 @@ import time
 from common import append_results, in_thread, machine
 
 from probes import memory
-from probes.rundir import create_run_dir
+from probes.runfolder import create_run_dir
 from trainer.config import TrainConfig
 from trainer.loop import Trainer
 

@@ -302,7 +302,7 @@ async def lag_monitor(app, stop: asyncio.Event, ticks: list[tuple[float, float, 
 
 async def in_process(seconds: float, profile_every_s: float, size: tuple[int, int],
                      seed: int, quiet_s: float) -> dict:
-    from probes.rundir import create_run_dir
+    from probes.runfolder import create_run_dir
     from trainer.config import TrainConfig
     from tui.app import MemtopApp
 

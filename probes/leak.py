@@ -33,9 +33,10 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from probes import records as R
 from probes.hooks import RunContext, StepHook, StepTensors
 from probes.memory import heap_counters
-from probes.sample import Event, StepSample
+from probes.records import Event, StepSample
 from probes.sysinfo import host_ram_bytes
 from probes.units import format_bytes
 
@@ -305,7 +306,7 @@ class LeakWatch(StepHook):
 
     def setup(self, ctx: RunContext) -> None:
         super().setup(ctx)
-        self._warmup = int(getattr(ctx.config, "warmup_steps", 0) or 0)
+        self._warmup = ctx.warmup_steps
         self._is_cuda = ctx.device.type == "cuda"
         host = "host_heap" if heap_counters() is not None else "host_rss"  # RSS: not glibc
         counters = ("device_allocated", host) if self._is_cuda else (host,)
@@ -334,7 +335,8 @@ class LeakWatch(StepHook):
         if self._is_cuda:
             heap = heap_counters()
             values["host_heap"] = heap[0] if heap else None
-        output_bytes = tensors.logits.numel() * tensors.logits.element_size()
+        output_bytes = (tensors.output.numel() * tensors.output.element_size()
+                        if tensors.output is not None else None)
         for name, detector in self.detectors.items():
             value = values[name]
             if value is None:
@@ -345,7 +347,7 @@ class LeakWatch(StepHook):
                 self._suspected(result, sample, output_bytes)
             elif isinstance(result, LeakCleared):
                 self.alerts.pop(name, None)
-                self.ctx.emit(Event("leak_cleared", step, self.ctx.elapsed_s(), {
+                self.ctx.emit(Event(R.LEAK_CLEARED, step, self.ctx.elapsed_s(), {
                     "counter": name, "since_step": result.since_step,
                     "alert_step": result.alert.step}))
 
@@ -373,7 +375,7 @@ class LeakWatch(StepHook):
             "seconds_to_full": seconds_left, "hint": hint, "likely_cause": cause,
         }
         self.alerts[alert.counter] = data
-        self.ctx.emit(Event("leak_suspected", alert.step, self.ctx.elapsed_s(), data))
+        self.ctx.emit(Event(R.LEAK_SUSPECTED, alert.step, self.ctx.elapsed_s(), data))
 
     def stats(self) -> dict[str, Any]:
         """What the detectors learned, for reports and benchmarks."""

@@ -33,9 +33,10 @@ from typing import Any
 
 import torch
 
+from probes import records as R
 from probes.hooks import RunContext, StepHook, StepTensors
 from probes.memory import heap_counters
-from probes.sample import Event, StepSample
+from probes.records import Event, StepSample
 from probes.units import format_bytes
 
 SAMPLE_EVERY = 50  # steps between two activation measurements (plus the first after warmup)
@@ -179,8 +180,7 @@ class Ledger(StepHook):
 
     def setup(self, ctx: RunContext) -> None:
         self.ctx = ctx
-        warmup = int(getattr(ctx.config, "warmup_steps", 0) or 0)
-        steps = int(getattr(ctx.config, "steps", 0) or 0)
+        warmup, steps = ctx.warmup_steps, ctx.max_steps
         self._first = warmup + 1 if steps <= 0 else max(1, min(warmup + 1, steps))
         self._baseline: int | None = None
         if ctx.device.type != "cuda":  # the heap torch and Python hold before the first step
@@ -272,7 +272,7 @@ class Ledger(StepHook):
         self._first = -1
         self._force_next = False
         with contextlib.suppress(Exception):
-            self.ctx.emit(Event("ledger_failed", step, self.ctx.elapsed_s(),
+            self.ctx.emit(Event(R.LEDGER_FAILED, step, self.ctx.elapsed_s(),
                                 {"message": self.failed}))
 
     def _optimizer_state(self) -> dict[str, Any]:
@@ -292,7 +292,9 @@ class Ledger(StepHook):
         return {"by_name": by_name, "counts": counts}
 
     def end_step(self, step: int, tensors: StepTensors, sample: StepSample) -> None:
-        shape = tuple(tensors.logits.shape[:2])
+        out = tensors.output
+        shape = tuple(int(n) for n in out.shape[:2]) if out is not None and out.dim() >= 2 \
+            else None
         if self._shape is not None and shape != self._shape and self._pending is None:
             self._force_next = True  # B or T changed since the last measurement
         if self._pending is None or self._pending["step"] != step:
@@ -300,7 +302,7 @@ class Ledger(StepHook):
         t0 = time.perf_counter()
         pending, self._pending = self._pending, None
         self._force_next = False
-        self._shape = (int(shape[0]), int(shape[1]))
+        self._shape = shape
         try:
             data = self._build(pending, sample)
         except Exception as exc:
@@ -314,10 +316,10 @@ class Ledger(StepHook):
         if last is None or set(last) != set(lines) or any(
                 _changed(last[n], lines[n]) for n in lines):
             self._last_lines = lines
-            self.ctx.emit(Event("ledger", step, self.ctx.elapsed_s(), data))
+            self.ctx.emit(Event(R.LEDGER, step, self.ctx.elapsed_s(), data))
 
     def _build(self, p: dict[str, Any], sample: StepSample) -> dict[str, Any]:
-        cfg, device, amp = self.ctx.config, self.ctx.device, self.ctx.amp
+        gpt, device, amp = self.ctx.model_shape, self.ctx.device, self.ctx.amp
         params: list[torch.Tensor] = p["params"]
         n_params = sum(t.numel() for t in params)
         dtypes = {t.dtype for t in params}
@@ -328,7 +330,7 @@ class Ledger(StepHook):
         opt_counts: dict[str, int] = p["opt"]["counts"]
         master = sum(v for n, v in opt_by_name.items() if "master" in n.lower())
         opt_bytes = sum(opt_by_name.values()) - master
-        B, T = self._shape or (getattr(cfg, "batch_size", 0), getattr(cfg, "seq_len", 0))
+        B, T = self._shape if gpt is not None and self._shape else (None, None)
         P = f"P={n_params:,}"
         lines = [_line("parameters", p["param_bytes"], n_params * esize, f"P × {esize} B",
                        f"{P} {str(param_dtype).replace('torch.', '')}, tied weights counted "
@@ -354,12 +356,12 @@ class Ledger(StepHook):
                                "P_linear × 2 B",
                                f"{amp} casts of Linear weights saved for backward; no master "
                                "weights: the fp32 weights are the masters"))
-        pred = None
-        if all(hasattr(cfg, a) for a in ("dim", "layers", "heads")):
-            pred = activation_prediction(B, T, cfg.dim, cfg.layers, cfg.heads,
-                                         getattr(cfg, "attention", "explicit"), amp, device.type)
+        pred = None  # formulas only for memtop's own GPT; any other model is measured only
+        if gpt is not None and B is not None and T is not None:
+            pred = activation_prediction(B, T, gpt.dim, gpt.layers, gpt.heads, gpt.attention,
+                                         amp, device.type)
         acts = meter.activation_bytes
-        note = f"B={B} T={T}, {meter.tensors} saved tensors"
+        note = (f"B={B} T={T}, " if B is not None else "") + f"{meter.tensors} saved tensors"
         if pred is not None:
             note = f"{pred['values']}; " + note
             if pred["scores_bytes"]:
@@ -367,7 +369,7 @@ class Ledger(StepHook):
                          f"{format_bytes(pred['scores_bytes'])} predicted")
             note += f"; off by {format_bytes(acts - pred['bytes'])} (LM head, LN stats, masks)"
         lines.append(_line("saved activations", acts, pred["bytes"] if pred else None,
-                           pred["formula"] if pred else "B×T×D×L×k", note))
+                           pred["formula"] if pred else "measured only", note))
         snap = p["snap"]
         allocated, reserved = snap.get("allocated"), snap.get("reserved")
         at_snapshot = (p["param_bytes"] + opt_bytes + master + copies + acts
@@ -403,7 +405,7 @@ class Ledger(StepHook):
             "peak_allocated_bytes": sample.peak_allocated_bytes,
             "snapshot": "end of forward (activation height)",
             "counter": self.ctx.memory.counter_source, "device": str(device), "amp": amp,
-            "batch_size": B, "seq_len": T, "attention": getattr(cfg, "attention", None),
+            "batch_size": B, "seq_len": T, "attention": gpt.attention if gpt else None,
             "attention_scores_bytes": meter.bytes_by_kind["scores"],
             "predicted_attention_scores_bytes": pred["scores_bytes"] if pred else None,
             "model": {"params": n_params, "param_dtype": str(param_dtype).replace("torch.", ""),

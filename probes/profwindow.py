@@ -26,10 +26,11 @@ from typing import Any
 import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
+from probes import records as R
 from probes.hooks import StepHook, StepTensors
 from probes.opstable import format_table, rows_from_key_averages, sort_rows, spawn_worker
-from probes.rundir import write_json
-from probes.sample import Event, StepSample
+from probes.records import Event, StepSample
+from probes.runfolder import profile_dir, write_json
 
 TRACE_NAME = "trace.json"
 
@@ -68,10 +69,12 @@ class _Window:
     worker: subprocess.Popen[bytes] | None = None  # started idle at open, told "go" at the end
     steps: dict[str, list[int]] = field(
         default_factory=lambda: {"wait": [], "warmup": [], "active": []})
+    rank: int | None = None  # under several ranks each writes its own folder
 
     @property
     def dir_name(self) -> str:
-        return f"profiles/step-{self.first_step}"
+        """profiles/step-N[/rank-K], relative to the run folder (probes/runfolder.py)."""
+        return profile_dir(Path(), self.first_step, self.rank).as_posix()
 
 
 @dataclass
@@ -145,14 +148,34 @@ class ProfilerWindow(StepHook):
         """A window is open or its analysis is still running."""
         return self._window is not None or self._analysis is not None
 
+    @property
+    def tracing(self) -> bool:
+        """The step about to run (or running) is inside a window: wait, warmup or active."""
+        return self._window is not None
+
     def request(self, step: int) -> None:
         """A key press at the boundary before ``step``: open a window, or cancel the busy one."""
-        if self._window is not None:
-            self._cancel_window(step, "cancelled by user")
-        elif self._analysis is not None:
-            self._cancel_analysis(step, "cancelled by user during analysis")
+        if self.busy:
+            self.cancel(step)
         else:
-            self._open(step, "key")
+            self.open_window(step)
+
+    def open_window(self, step: int, trigger: str = "key") -> bool:
+        """Open a window at the boundary before ``step``; False when one is already busy."""
+        if self.busy:
+            return False
+        self._open(step, trigger)
+        return True
+
+    def cancel(self, step: int, reason: str = "cancelled by user") -> bool:
+        """Cancel the open window or its analysis; False when there is none."""
+        if self._window is not None:
+            self._cancel_window(step, reason)
+        elif self._analysis is not None:
+            self._cancel_analysis(step, f"{reason} during analysis")
+        else:
+            return False
+        return True
 
     def step_context(self, step: int) -> contextlib.AbstractContextManager[Any]:
         self._step = step
@@ -179,7 +202,7 @@ class ProfilerWindow(StepHook):
                 self._finish_window(step)
             else:
                 self.ctx.set_profile_phase(self._phase_text(win.index))
-        last = step == getattr(self.ctx.config, "steps", 0)  # so events precede run_finished
+        last = step == self.ctx.max_steps  # so its events precede run_finished
         if last and self._window is not None:
             self._cancel_window(step, "the run ended before the window was complete")
         if self._analysis is not None:
@@ -226,10 +249,10 @@ class ProfilerWindow(StepHook):
             with _stderr_to(self._log_fd):
                 prof.start()
         except Exception as exc:
-            self._emit("profile_cancelled", step,
+            self._emit(R.PROFILE_CANCELLED, step,
                        {"reason": f"profiler did not start: {type(exc).__name__}: {exc}"})
             return
-        self._window = win = _Window(step, trigger, prof)
+        self._window = win = _Window(step, trigger, prof, rank=self.ctx.rank)
         if self.analysis == "subprocess":
             out_dir = self.ctx.run_dir / win.dir_name
             try:
@@ -240,7 +263,7 @@ class ProfilerWindow(StepHook):
             except Exception:  # no child process here: _finish_window analyses in process
                 win.worker = None
         self.ctx.set_profile_phase(self._phase_text(0))
-        self._emit("profile_started", step, {
+        self._emit(R.PROFILE_STARTED, step, {
             "wait": self.wait, "warmup": self.warmup, "active": self.active,
             "record_shapes": self.record_shapes, "profile_memory": self.profile_memory,
             "trigger": trigger, "dir": self._window.dir_name})
@@ -256,7 +279,7 @@ class ProfilerWindow(StepHook):
             self._stop_profiler(win)  # nothing was written yet: the folder appears on export
             self._retire(win.worker)
         self.ctx.set_profile_phase(None)
-        self._emit("profile_cancelled", step, {"reason": reason})
+        self._emit(R.PROFILE_CANCELLED, step, {"reason": reason})
 
     def _finish_window(self, step: int) -> None:
         """The schedule has stopped the profiler: export the trace, start the analysis."""
@@ -277,12 +300,13 @@ class ProfilerWindow(StepHook):
                 tmp.unlink()
             self._retire(win.worker)
             self.ctx.set_profile_phase(None)
-            self._emit("profile_cancelled", step, {
+            self._emit(R.PROFILE_CANCELLED, step, {
                 "reason": f"trace export failed: {type(exc).__name__}: {exc}",
                 "dir": win.dir_name})
             return
         export_s = time.perf_counter() - t0
         self.ctx.set_profile_phase("analysing")
+        self._emit(R.PROFILE_ANALYSING, step, {"dir": win.dir_name, "export_s": export_s})
         if self.keep_profiler:
             self.last_profiler = win.prof
         ana = _Analysis(win, out_dir, None, export_s, time.perf_counter())
@@ -298,7 +322,7 @@ class ProfilerWindow(StepHook):
                 ana.result = self._analyse_in_process(win.prof, out_dir)
             except Exception as exc:
                 self.ctx.set_profile_phase(None)
-                self._emit("profile_cancelled", step, {
+                self._emit(R.PROFILE_CANCELLED, step, {
                     "reason": f"analysis failed: {type(exc).__name__}: {exc}",
                     "dir": win.dir_name})
                 return
@@ -307,16 +331,16 @@ class ProfilerWindow(StepHook):
         self._poll(step, block=False)
 
     def _window_info(self, win: _Window) -> dict[str, Any]:
-        cfg = self.ctx.config
+        cfg, gpt = self.ctx.config, self.ctx.model_shape
         return {
             "schedule": {"wait": self.wait, "warmup": self.warmup, "active": self.active,
                          "repeat": 1},
             "record_shapes": self.record_shapes, "profile_memory": self.profile_memory,
             "with_stack": False,
             "activities": ["CPU", "CUDA"] if self.use_device else ["CPU"],
-            "batch_size": getattr(cfg, "batch_size", None),
-            "seq_len": getattr(cfg, "seq_len", None),
-            "model": {k: getattr(cfg, k, None) for k in ("layers", "heads", "dim", "attention")},
+            "batch_size": cfg.get("batch_size"), "seq_len": cfg.get("seq_len"),
+            "model": ({k: getattr(gpt, k) for k in ("layers", "heads", "dim", "attention")}
+                      if gpt is not None else {"class": type(self.ctx.model).__name__}),
             "amp": self.ctx.amp, "device": str(self.ctx.device),
             "device_name": (torch.cuda.get_device_name(self.ctx.device) if self.use_device
                             else "CPU"),
@@ -364,14 +388,14 @@ class ProfilerWindow(StepHook):
             except Exception as exc:
                 self._analysis = None
                 self.ctx.set_profile_phase(None)
-                self._emit("profile_cancelled", step, {
+                self._emit(R.PROFILE_CANCELLED, step, {
                     "reason": f"analysis failed: {exc}", "dir": ana.window.dir_name})
                 return
         self._analysis = None
         result = ana.result or {}
         self.windows_done += 1
         self.ctx.set_profile_phase(None)
-        self._emit("profile_done", step, {
+        self._emit(R.PROFILE_DONE, step, {
             "dir": ana.window.dir_name, "sort_by": result.get("sort_by", self.sort_by),
             "top_ops": result.get("top_ops", []), "analysis_s": result.get("analysis_s"),
             "trace": TRACE_NAME, "table": "top_ops.txt", "export_s": ana.export_s,
@@ -389,7 +413,7 @@ class ProfilerWindow(StepHook):
                     tmp.unlink()
         self._analysis = None
         self.ctx.set_profile_phase(None)
-        self._emit("profile_cancelled", step, {
+        self._emit(R.PROFILE_CANCELLED, step, {
             "reason": reason, "dir": ana.window.dir_name if ana else None})
 
     # helpers -------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ from probes.report_read import (
     read_rows,
 )
 from probes.report_text import finding, render_markdown
-from probes.rundir import write_json
+from probes.runfolder import write_json
 from probes.sysinfo import host_info
 
 REPORT_VERSION = 1

@@ -24,7 +24,7 @@ if str(ROOT) not in sys.path:
 os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
 os.environ.setdefault("KINETO_LOG_LEVEL", "5")
 
-from probes.rundir import create_run_dir  # noqa: E402
+from probes.runfolder import create_run_dir  # noqa: E402
 from trainer.config import TrainConfig  # noqa: E402
 from tui.app import MemtopApp  # noqa: E402
 from tui.widgets.help_screen import HelpScreen  # noqa: E402

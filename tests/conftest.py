@@ -84,7 +84,7 @@ async def wait_for(pilot, condition, what: str, step_s: float = 0.1) -> None:
 @pytest.fixture
 def make_app(tiny_config, tmp_path):
     """Build apps over tiny trainers; whatever a test does, every trainer thread is joined."""
-    from probes.rundir import create_run_dir
+    from probes.runfolder import create_run_dir
     from tui.app import MemtopApp
 
     apps: list = []

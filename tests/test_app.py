@@ -20,7 +20,7 @@ from conftest import ROOT, TINY, run_cli, wait_for
 
 from probes.hooks import StepHook
 from probes.nvml import NvmlPoller
-from probes.sample import Event
+from probes.records import Event
 from tui.app import MemtopApp
 from tui.dashboard_run import stderr_to_file
 from tui.format import format_value

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from probes.sample import StepSample
+from probes.records import StepSample
 from tui import format as f
 from tui import format_panels as fp
 

@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from probes.control import RunControl
 from probes.leak import (
     LeakAlert,
     LeakCleared,
@@ -17,9 +18,8 @@ from probes.leak import (
     likely_cause,
     theil_sen_slope,
 )
-from probes.rundir import create_run_dir, read_metrics
-from probes.sample import Event, StepSample
-from trainer.control import TrainControl
+from probes.records import Event, StepSample
+from probes.runfolder import create_run_dir, read_metrics
 from trainer.loop import Trainer
 
 KIB, MIB = 1024, 1024 * 1024
@@ -213,7 +213,7 @@ class Collect:
         return [e for e in self.events if e.event == name]
 
 
-def train(config, hooks, control: TrainControl | None = None, sink: Collect | None = None):
+def train(config, hooks, control: RunControl | None = None, sink: Collect | None = None):
     sink = sink or Collect()
     trainer = Trainer(config, create_run_dir(config.run_dir), control=control, sinks=[sink],
                       hooks=hooks)
@@ -251,7 +251,7 @@ def test_healthy_run_with_pause_and_profiler_windows_stays_quiet(tiny_config):
     cfg = tiny_config(steps=150, **GRAPH_SIZED)
     watch = LeakWatch()
     window = ProfilerWindow(1, 1, 3, at_steps=[40, 100], analysis="inprocess")
-    control = TrainControl()
+    control = RunControl()
     trainer, sink = train(cfg, [window, watch], control=control)
     deadline = time.monotonic() + 300
     while trainer.status.step < 70 and time.monotonic() < deadline:
@@ -273,7 +273,7 @@ def test_healthy_run_with_pause_and_profiler_windows_stays_quiet(tiny_config):
 
 def test_leak_demo_toggled_through_the_control_object(tiny_config):
     cfg = tiny_config(steps=0, **GRAPH_SIZED)
-    control = TrainControl()
+    control = RunControl()
     trainer, sink = train(cfg, [LeakWatch()], control=control)
 
     def wait_for(predicate, timeout=300.0):  # upper bounds only: the CPU is shared
@@ -284,10 +284,10 @@ def test_leak_demo_toggled_through_the_control_object(tiny_config):
 
     try:
         assert wait_for(lambda: trainer.status.step >= 20)
-        control.toggle_leak()  # `l`: start the graph leak
+        control.start_leak()  # `l`: start the graph leak
         assert wait_for(lambda: sink.named("leak_suspected"))
         assert trainer.status.leak_active
-        control.toggle_leak()  # `l` again: stop it and drop what it kept
+        control.stop_leak()  # `l` again: stop it and drop what it kept
         assert wait_for(lambda: sink.named("leak_cleared"))
     finally:
         control.stop()
@@ -321,7 +321,7 @@ def test_on_cuda_device_and_host_heap_are_two_series(tmp_path):
     assert set(watch.detectors) == {"device_allocated", "host_heap"}
     # logits of a B=16, T=128 fp16 run, on the meta device: sizes without memory or compute
     logits = torch.empty(16, 128, 256, dtype=torch.float16, device="meta")
-    tensors = StepTensors(loss=torch.empty((), device="meta"), logits=logits)
+    tensors = StepTensors(loss=torch.empty((), device="meta"), output=logits)
     for step in range(1, 41):
         allocated = 2 * 1024 * MIB + (1 * MIB * (step - 20) if step > 20 else 0)
         sample = StepSample(
@@ -354,4 +354,4 @@ def test_headless_prints_the_alert_and_the_clear(tiny_config, leak):
     assert ("== leak_suspected at step" in text) is leak
     assert ("== leak_cleared at step" in text) is leak
     if leak:
-        assert "counter=host_heap" in text and "loss.item()" in text
+        assert "host_heap grows" in text and "loss.item()" in text

@@ -14,7 +14,7 @@ import torch
 from conftest import in_thread
 
 from probes.ledger import Ledger, SavedTensorMeter, activation_prediction, unique_bytes
-from probes.rundir import create_run_dir
+from probes.runfolder import create_run_dir
 from trainer.loop import Trainer
 from trainer.model import GPT, GPTConfig
 
@@ -173,5 +173,5 @@ def test_a_new_batch_shape_is_measured_at_the_next_step():
     ledger._first, ledger._shape = 6, (4, 16)
     assert not ledger.due(20)
     logits = torch.zeros(8, 16, 3)
-    ledger.end_step(19, StepTensors(loss=logits.sum(), logits=logits), sample=None)
+    ledger.end_step(19, StepTensors(loss=logits.sum(), output=logits), sample=None)
     assert ledger.due(20)

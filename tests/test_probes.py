@@ -11,9 +11,9 @@ from conftest import in_thread
 
 from probes.memory import MemoryProbe, RssReader, heap_counters
 from probes.nvml import NvmlPoller
+from probes.records import STEP_FIELDS, Event, StepSample
 from probes.ring import Ring
-from probes.rundir import MetricsWriter, create_run_dir, read_metrics
-from probes.sample import STEP_FIELDS, Event, StepSample
+from probes.runfolder import MetricsWriter, create_run_dir, read_metrics
 from probes.units import format_bytes, format_rate, parse_size
 
 MiB = 1024 * 1024

@@ -10,12 +10,12 @@ import psutil
 import torch
 from conftest import ROOT, in_thread, run_cli
 
+from probes.control import RunControl
 from probes.hooks import StepHook
 from probes.opstable import aggregate, load_trace
 from probes.profwindow import ProfilerWindow
-from probes.rundir import create_run_dir, read_metrics
-from probes.sample import StepSample
-from trainer.control import TrainControl
+from probes.records import StepSample
+from probes.runfolder import create_run_dir, read_metrics
 from trainer.loop import Trainer
 
 ROW_KEYS = {"name", "calls", "self_cpu_us", "cpu_total_us", "self_device_us", "device_total_us",
@@ -27,14 +27,18 @@ class Watch(StepHook):
     and records whether torch's profiler is enabled as each step starts (Python flag and C++
     state) and the status line's phase as each step ends."""
 
-    def __init__(self, control: TrainControl, presses: dict[int, int] | None = None) -> None:
+    def __init__(self, control: RunControl, presses: dict[int, int] | None = None,
+                 window: ProfilerWindow | None = None) -> None:
         self.control = control
+        self.window = window
+        self._asked = False  # a `p` sent that no boundary has taken yet
         self.presses = presses or {}
         self.enabled: dict[int, bool] = {}
         self.phase: dict[int, str | None] = {}
         self.trainer: Trainer | None = None
 
     def step_context(self, step):
+        self._asked = False
         self.enabled[step] = (torch.autograd.profiler._is_profiler_enabled
                               or torch._C._autograd._profiler_enabled())
         return super().step_context(step)
@@ -42,13 +46,18 @@ class Watch(StepHook):
     def end_step(self, step, tensors, sample):
         if self.trainer is not None:
             self.phase[step] = self.trainer.status.profile_phase
-        for _ in range(self.presses.get(step, 0)):
-            self.control.request_profile()  # taken at the boundary before step + 1
+        for _ in range(self.presses.get(step, 0)):  # taken at the boundary before step + 1
+            if self._asked or (self.window is not None and self.window.busy):
+                self.control.cancel_profile()  # what `p` sends while a window is open
+                self._asked = False
+            else:
+                self.control.request_profile()
+                self._asked = True
 
 
 def train(config, window: ProfilerWindow, presses: dict[int, int] | None = None):
-    control = TrainControl()
-    watch = Watch(control, presses)
+    control = RunControl()
+    watch = Watch(control, presses, window)
     records: list = []
     run_dir = create_run_dir(config.run_dir)
     trainer = Trainer(config, run_dir, control=control, sinks=[records.append],
@@ -134,7 +143,7 @@ def test_window_table_agrees_with_key_averages(tiny_config):
     assert not list(folder.glob("*.tmp"))
     _, rows, _ = read_metrics(run_dir / "metrics.jsonl")
     assert [r["event"] for r in rows if r["event"].startswith("profile_")] == [
-        "profile_started", "profile_done"]
+        "profile_started", "profile_analysing", "profile_done"]
 
 
 def test_cancel_and_quick_presses(tiny_config):
@@ -144,7 +153,8 @@ def test_cancel_and_quick_presses(tiny_config):
     presses = {2: 1, 5: 1, 7: 2, 9: 1, 14: 1}
     run_dir, events, samples, watch = train(tiny_config(steps=20), window, presses)
 
-    seq = [(e.event, e.step) for e in events if e.event.startswith("profile_")]
+    seq = [(e.event, e.step) for e in events
+           if e.event.startswith("profile_") and e.event != "profile_analysing"]
     assert seq[:5] == [("profile_started", 3), ("profile_cancelled", 6), ("profile_started", 8),
                        ("profile_cancelled", 8), ("profile_started", 10)]
     assert named(events, "profile_cancelled")[0].data["reason"] == "cancelled by user"

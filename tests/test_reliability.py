@@ -15,10 +15,10 @@ from conftest import ROOT, in_thread, run_cli
 from test_cli import TINY_ARGS
 from test_trainer import Collect
 
+from probes.control import RunControl
 from probes.hooks import StepHook
 from probes.memory import RssReader
-from probes.rundir import create_run_dir, read_metrics
-from trainer.control import TrainControl
+from probes.runfolder import create_run_dir, read_metrics
 from trainer.loop import Trainer
 
 
@@ -177,7 +177,7 @@ def test_stop_during_a_profiler_window_closes_it_before_run_finished(tiny_config
     from trainer.instruments import build_hooks
 
     cfg = tiny_config(steps=0, profile_at=[3], profile_active=50)
-    control = TrainControl()
+    control = RunControl()
     sink = Collect()
 
     def stop_at_8(record) -> None:

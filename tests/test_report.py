@@ -49,7 +49,7 @@ def finished_run(tmp_path_factory) -> Path:
 
     root = tmp_path_factory.mktemp("runs")
     config = TrainConfig(**dict(TINY, steps=12, run_dir=str(root)))
-    from probes.rundir import create_run_dir
+    from probes.runfolder import create_run_dir
 
     run_dir = create_run_dir(root)
     out = io.StringIO()

@@ -9,7 +9,7 @@ from conftest import in_thread, wait_for
 from probes.memory import RssReader
 from probes.nvml import NvmlPoller
 from probes.ring import Ring
-from probes.rundir import create_run_dir
+from probes.runfolder import create_run_dir
 from trainer.instruments import build_hooks
 from trainer.loop import Trainer
 

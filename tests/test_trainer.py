@@ -7,10 +7,10 @@ import time
 
 import pytest
 
+from probes.control import RunControl
 from probes.hooks import StepHook
-from probes.rundir import create_run_dir, read_metrics
-from probes.sample import STEP_FIELDS, StepSample
-from trainer.control import TrainControl
+from probes.records import STEP_FIELDS, StepSample
+from probes.runfolder import create_run_dir, read_metrics
 from trainer.loop import Trainer
 
 
@@ -111,11 +111,11 @@ def test_non_finite_gradients_without_scaler_fail_the_run(tiny_config):
     steps, events, _ = read_metrics(run_dir / "metrics.jsonl")
     assert len(steps) == 1  # step 1 kept; the failing step is reported, not recorded as healthy
     error = next(e for e in events if e["event"] == "error")
-    assert error["error_type"] == "NonFiniteError" and error["step"] == 1
+    assert error["error_type"] == "NonFiniteError" and error["step"] == 2
 
 
 def test_pause_stops_the_step_counter_and_stop_ends_the_thread(tiny_config):
-    control = TrainControl()
+    control = RunControl()
     cfg = tiny_config(steps=0)
     sink = Collect()
     trainer = Trainer(cfg, create_run_dir(cfg.run_dir), control=control, sinks=[sink])
@@ -142,7 +142,7 @@ def test_pause_stops_the_step_counter_and_stop_ends_the_thread(tiny_config):
 
 
 def test_stop_while_paused_still_ends(tiny_config):
-    control = TrainControl()
+    control = RunControl()
     control.pause()
     cfg = tiny_config(steps=0)
     trainer = Trainer(cfg, create_run_dir(cfg.run_dir), control=control)

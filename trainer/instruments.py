@@ -1,18 +1,15 @@
-"""The instruments memtop attaches to its training loop, built from the run's config."""
+"""The instruments memtop attaches to its own training loop, from the run's config."""
 
 from __future__ import annotations
 
 from probes.hooks import StepHook
-from probes.leak import LeakWatch
-from probes.ledger import Ledger
-from probes.profwindow import ProfilerWindow
+from probes.monitor import default_hooks
 from trainer.config import TrainConfig
 
 
 def build_hooks(config: TrainConfig) -> list[StepHook]:
-    """Profiler window, leak detector and memory ledger, in the order they see each step."""
-    hooks: list[StepHook] = []
-    hooks.append(ProfilerWindow.from_config(config))  # `p` and --profile-at windows
-    hooks.append(LeakWatch())  # leak_suspected / leak_cleared events
-    hooks.append(Ledger())  # last: sees each step after the others
-    return hooks
+    """Profiler window (`p` and --profile-at), leak detector and memory ledger."""
+    return default_hooks(
+        profile_schedule=(config.profile_wait, config.profile_warmup, config.profile_active),
+        profile_at=config.profile_at, profile_memory=config.profile_memory,
+        profile_record_shapes=config.profile_record_shapes)

@@ -1,8 +1,9 @@
-"""The live dashboard: panes, memory chart, top-ops table, leak banner and ledger over one run.
+"""The dashboard: panes, memory chart, top-ops table, leak banner and ledger over one run.
 
-The trainer runs on its own thread and pushes StepSamples/Events into a bounded Ring; a 2 Hz
-timer drains it and updates only what changed (DESIGN.md: 2 Hz kept ≥ 0.98 of the headless
-throughput on 2 cores, 10 Hz full redraws halved it). The UI never calls torch. Running it on a
+It reads a run source (tui/sources.py): memtop's trainer on a thread of this process, or a run
+folder another process writes (or wrote). A 2 Hz timer polls the source and updates only what
+changed (DESIGN.md: 2 Hz kept ≥ 0.98 of the headless throughput on 2 cores, 10 Hz full redraws
+halved it). The UI never calls torch. Keys and quitting are tui/app_actions.py; running on a
 real terminal (fd 2, signals, the bounded shutdown) is tui/dashboard_run.py.
 """
 
@@ -12,23 +13,20 @@ import asyncio
 import contextlib
 import gc
 import os
-import signal
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
-from textual import events, work
+from textual import events
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid, Horizontal, Vertical
 from textual.widgets import Footer
 
+from probes import records as R
+from probes.records import Event, Record, StepSample
 from probes.ring import Ring
-from probes.sample import Event, StepSample
-from trainer.config import TrainConfig
-from trainer.control import TrainControl
-from trainer.loop import Record, Trainer
+from probes.runstate import RunState
+from tui.app_actions import AppActions
 from tui.format import (
     PANE_KINDS,
     fit,
@@ -38,12 +36,13 @@ from tui.format import (
     profile_text,
     sample_values,
     state_text,
+    throughput_label,
 )
 from tui.format_panels import counter_pane
 from tui.run_end import RunEnd
+from tui.sources import FolderSource, RunSource, TrainerSource
 from tui.widgets.error_banner import ErrorBanner
 from tui.widgets.header import MemtopHeader
-from tui.widgets.help_screen import HelpScreen
 from tui.widgets.leak_banner import LeakBanner
 from tui.widgets.ledger import LedgerPane
 from tui.widgets.memory_chart import MemoryChart
@@ -56,8 +55,8 @@ CHART_EVERY_S = 5.0  # plotext rebuilds cost ~30 ms: rarely
 VIEWS = ("chart", "ops", "ledger")
 
 
-class MemtopApp(App[int]):
-    """One run's dashboard. Build with :meth:`for_run`; tests may pass their own parts."""
+class MemtopApp(AppActions, App[int]):
+    """One run's dashboard. Build with :meth:`for_run` (train) or :meth:`for_folder` (view)."""
 
     CSS_PATH = "memtop.tcss"
     TITLE = "memtop"
@@ -73,56 +72,70 @@ class MemtopApp(App[int]):
         Binding("s", "screenshot", "svg"),
         Binding("o", "sort", "sort"),
         Binding("v", "view", "view"),
+        Binding("x", "stop_run", "stop run", show=False),
         Binding("question_mark", "help", "help"),
         Binding("q", "request_quit", "quit"),
         Binding("ctrl+q", "request_quit", "quit", show=False, priority=True),
         Binding("ctrl+c", "request_quit", "quit", show=False, priority=True),
     ]
 
-    def __init__(self, config: TrainConfig, run_dir: Path, trainer: Trainer,
-                 control: TrainControl, ring: Ring[Record], *, refresh_s: float = REFRESH_S,
-                 chart_every_s: float = CHART_EVERY_S, autostart: bool = True,
-                 freeze_gc: bool = True) -> None:
+    def __init__(self, source: RunSource, *, ending: RunEnd | None = None,
+                 refresh_s: float = REFRESH_S, chart_every_s: float = CHART_EVERY_S,
+                 freeze_gc: bool = True, device_type: str = "cpu") -> None:
         super().__init__()
-        self.config = config
-        self.run_dir = Path(run_dir)
-        self.trainer = trainer
-        self.control = control
-        self.ring = ring
+        self.source = source
+        self.run_dir = Path(source.run_dir)
+        self.config: dict[str, Any] = source.config
+        self.ending = ending  # memtop train: stops and joins the trainer, writes the report
         self.refresh_s = refresh_s
         self.chart_every_s = chart_every_s
-        self.autostart = autostart
         self.freeze_gc = freeze_gc
-        self.device_type = config.torch_device.type
-        self.profiler_available = any(hasattr(h, "request") for h in trainer.hooks)
+        self.device_type = device_type
+        self.run_state = RunState()  # folded from every record the source gave
         self.last_sample: StepSample | None = None
-        self.ending = RunEnd(trainer, control, self.run_dir)  # stop, join, report: once
         self.ticks = 0
         self.view = "chart"
-        self.counters: str | None = None
         self._gc_frozen = False
-        self._quitting = False
-        self._quit_forced = False
-        self._profile_requested = False
-        self._leak_toggling = False
-        self._leak_kind = config.leak
-        self._leak_since: int | None = None
-        self._ended_elapsed: float | None = None
         self._alert_panes: dict[str, str] = {}  # counter -> pane id
         self._loop: asyncio.AbstractEventLoop | None = None  # set on mount; for other threads
-        self.quit_signal: int | None = None  # SIGTERM/SIGHUP that asked for the quit
-        self._early_signal: int | None = None  # one that came before the loop was running
-        self._screenshots = 0
+        self._init_actions()
 
     @classmethod
-    def for_run(cls, config: TrainConfig, run_dir: Path, **kwargs: Any) -> MemtopApp:
-        """The real wiring: control + ring sink + trainer with the configured instruments."""
+    def for_run(cls, config: Any, run_dir: Path, autostart: bool = True,
+                **kwargs: Any) -> MemtopApp:
+        """`memtop train`: the trainer with its instruments on a thread, records via a ring."""
         from trainer.instruments import build_hooks
+        from trainer.loop import Trainer
 
-        control = TrainControl()
         ring: Ring[Record] = Ring(maxlen=4096)
-        trainer = Trainer(config, run_dir, control, sinks=[ring.push], hooks=build_hooks(config))
-        return cls(config, run_dir, trainer, control, ring, **kwargs)
+        trainer = Trainer(config, run_dir, sinks=[ring.push], hooks=build_hooks(config))
+        source = TrainerSource(trainer, ring)
+        source.autostart = autostart
+        ending = RunEnd(trainer, trainer.control, Path(run_dir))
+        return cls(source, ending=ending, device_type=config.torch_device.type, **kwargs)
+
+    @classmethod
+    def for_folder(cls, path: str | os.PathLike[str], **kwargs: Any) -> MemtopApp:
+        """`memtop view`: a run folder, followed while another process writes it."""
+        source = FolderSource(path)
+        source.start()
+        started = next((r for r in source.history()[0]
+                        if isinstance(r, Event) and r.event == R.RUN_STARTED), None)
+        device = str(started.data.get("device", "cpu")) if started else "cpu"
+        return cls(source, device_type="cuda" if device.startswith("cuda") else "cpu", **kwargs)
+
+    # the parts tests and the actions reach -----------------------------------------------------
+    @property
+    def trainer(self) -> Any:
+        return self.source.trainer if isinstance(self.source, TrainerSource) else None
+
+    @property
+    def control(self) -> Any:
+        return self.source.control if isinstance(self.source, TrainerSource) else None
+
+    @property
+    def ring(self) -> Ring[Record] | None:
+        return self.source.ring if isinstance(self.source, TrainerSource) else None
 
     # layout ------------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -155,21 +168,20 @@ class MemtopApp(App[int]):
         self.chart = self.query_one(MemoryChart)
         self.ops_table = self.query_one(TopOpsTable)
         self.ledger = self.query_one(LedgerPane)
-        if self.config.amp_mode != "fp16":
-            self.panes["scale"].set_note(f"not needed ({self.config.amp_mode})")
         # Python-level print()/warnings while the app runs: Textual captures and drops them;
         # keep them in the run's stderr.log (fd 2 while run_dashboard owns the terminal).
         self.begin_capture_print(self, stdout=True, stderr=True)
-        if self.autostart:
-            self.trainer.start()  # the model is built on the trainer thread
-        self.set_interval(self.refresh_s, self.refresh_from_ring)
-        self.refresh_from_ring()
-        if self._early_signal is not None:
-            self.call_later(self._quit_for_signal, self._early_signal)
+        self._load_history()
+        self.source.start()
+        self.set_interval(self.refresh_s, self.refresh_from_source)
+        self.refresh_from_source()
+        self._mounted_actions()
 
     def on_unmount(self) -> None:
-        """However the app goes away, the trainer stops at its next step boundary."""
-        self.control.stop()
+        """However the app goes away, an in-process trainer stops at its next boundary."""
+        if self.ending is not None:
+            self.ending.control.stop()
+        self.source.close()
 
     def on_print(self, event: events.Print) -> None:
         if self.is_headless:
@@ -178,17 +190,21 @@ class MemtopApp(App[int]):
             os.write(2, event.text.encode("utf-8", "replace"))
 
     # the refresh -------------------------------------------------------------------------------
-    def refresh_from_ring(self) -> None:
-        """Drain what the trainer produced since the last tick and redraw what changed."""
+    def _load_history(self) -> None:
+        """A run opened after it started: its past, the chart over the whole run."""
+        records, chart = self.source.history()
+        if records:
+            self._take(records)
+        if chart:
+            self.chart.points.clear()
+            self.chart.add_points(chart)
+
+    def refresh_from_source(self) -> None:
+        """Take what the source has since the last tick and redraw what changed."""
         self.ticks += 1
-        samples: list[StepSample] = []
-        for record in self.ring.drain():
-            if isinstance(record, StepSample):
-                samples.append(record)
-            else:
-                self.handle_event(record)
-        if samples:
-            self._take_samples(samples)
+        records = self.source.poll()
+        if records:
+            self._take(records)
         for pane in self.panes.values():
             pane.refresh_view()
         self.redraw_chart(force=False)
@@ -198,6 +214,17 @@ class MemtopApp(App[int]):
         self._check_failed()
         self._maybe_freeze_gc()
 
+    def _take(self, records: list[Record]) -> None:
+        samples: list[StepSample] = []
+        for record in records:
+            self.run_state.apply(record)
+            if isinstance(record, StepSample):
+                samples.append(record)
+            else:
+                self.handle_event(record)
+        if samples:
+            self._take_samples(samples)
+
     def _take_samples(self, samples: list[StepSample]) -> None:
         rows = [sample_values(s) for s in samples]
         for pane_id, pane in self.panes.items():
@@ -206,6 +233,9 @@ class MemtopApp(App[int]):
         self.last_sample = last
         if last.scale is not None:
             self.panes["scale"].set_note(f"skipped steps {last.skipped_steps}")
+        label = throughput_label(last)
+        if label != self.panes["tokens"].label:
+            self.panes["tokens"].relabel(label, label)
         self.chart.add_points(samples)
 
     def redraw_chart(self, force: bool = True) -> None:
@@ -214,142 +244,125 @@ class MemtopApp(App[int]):
         self.chart.maybe_redraw(peak, force=force)
 
     def _maybe_freeze_gc(self) -> None:
-        """Once the model is built: collect, then freeze, so gen-2 passes stop walking torch's and
-        Textual's ~200k long-lived objects (a ~100 ms GIL hold each, DESIGN.md)."""
-        if self.freeze_gc and not self._gc_frozen and self.trainer.status.state != "starting":
+        """Once the run has started: collect, then freeze, so gen-2 passes stop walking torch's
+        and Textual's ~200k long-lived objects (a ~100 ms GIL hold each, DESIGN.md)."""
+        if self.freeze_gc and not self._gc_frozen and self.run_state.state != "starting":
             gc.collect()
             gc.freeze()
             self._gc_frozen = True
 
+    def elapsed_s(self) -> float:
+        trainer = self.trainer
+        if trainer is not None and trainer.alive and not self.run_state.finished:
+            return trainer.elapsed_s()
+        return self.last_sample.time_s if self.last_sample else self.run_state.time_s
+
     def update_header(self) -> None:
-        st = self.trainer.status
-        state = state_text(st.state, st.profile_phase, self.control.paused, self._quitting)
-        if st.state in ("stopped", "failed") or (self.autostart and not self.trainer.alive
-                                                 and st.state != "starting"):
-            if self._ended_elapsed is None:
-                self._ended_elapsed = self.last_sample.time_s if self.last_sample else 0.0
-            elapsed = self._ended_elapsed
-        else:
-            elapsed = self.trainer.elapsed_s() if self.trainer.alive else 0.0
+        st = self.run_state
+        want_paused = self._pause_pending == "pause" or (
+            st.state == "paused" and self._pause_pending != "resume")
+        state = state_text(st.state, st.profile_phase, want_paused, self._quitting)
+        batch, seq = self.config.get("batch_size"), self.config.get("seq_len")
         text = header_text(
             device_name=st.device_name, device_total=st.device_total_bytes,
-            amp=self.config.amp_mode, batch=self.config.batch_size, seq=self.config.seq_len,
-            params=st.params or None, step=st.step, elapsed_s=elapsed, state=state,
+            amp=st.amp or "…", batch=batch, seq=seq, params=st.params or None, step=st.step,
+            elapsed_s=self.elapsed_s(), state=state,
             width=self.header_bar.size.width or self.size.width or 80)
         self.header_bar.show(text, state)
 
     def update_status(self) -> None:
-        st = self.trainer.status
+        st = self.run_state
         parts = [
-            profile_text(st.profile_phase, self._profile_requested, self.profiler_available),
-            leak_demo_text(self._leak_kind, st.leak_active, self._leak_since,
-                           self._leak_toggling),
+            profile_text(st.profile_phase, self._profile_requested, self.can("profile")),
+            leak_demo_text(st.leak_kind or self.config.get("leak"), st.leak_active,
+                           st.leak_since, self._leak_toggling, self.can("leak_start")),
         ]
-        if st.state in ("stopped", "failed"):
-            parts.append(f"{st.state}: {st.stop_reason or st.error or '?'} (q quits)")
+        if st.finished or st.state == "failed":
+            reason = st.error or st.stop_reason or "?"
+            word = "failed" if st.state == "failed" else "finished"
+            parts.append(f"{word} at step {st.step}: {reason}"
+                         if word == "failed" else f"{word} at step {st.step} ({reason})")
         elif self._quitting:
             parts.append("stopping: waiting for the step to end…")
-        if self.ring.dropped:
-            parts.append(f"{self.ring.dropped} records dropped")
+        note = self.source.note
+        if note:
+            parts.append(note)
+        if not self.source.in_process:
+            parts.append("viewing" + ("" if self.source.live else " (not live)"))
         parts.append(f"run {self.run_dir}")
         width = self.status_line.size.width or self.size.width or 80
         self.status_line.show(fit(" " + " │ ".join(parts), width))
 
     def _check_failed(self) -> None:
-        st = self.trainer.status
+        st = self.run_state
         if st.state == "failed" and not self.error_banner.shown:
             self.error_banner.show_message(f"TRAINING FAILED at step {st.step}: {st.error}\n"
                                            "the last samples stay on screen; q quits")
 
     # events ------------------------------------------------------------------------------------
     def handle_event(self, event: Event) -> None:
-        """One Event from the trainer (or a test): route it to the widget that shows it."""
+        """One Event from the run: route it to the widget that shows it."""
         d = event.data
         name = event.event
-        if name == "run_started":
-            self.counters = d.get("counters")
-        elif name == "leak_suspected":
+        if name == R.RUN_STARTED:
+            device = str(d.get("device") or "cpu")
+            self.relabel("cuda" if device.startswith("cuda") else "cpu")
+            amp = str(d.get("amp") or "")
+            if amp and amp not in ("fp16", "auto"):
+                self.panes["scale"].set_note(f"not needed ({amp})")
+        elif name == R.LEAK_SUSPECTED:
             self.leak_banner.suspected(event.step, d)
             pane = counter_pane(str(d.get("counter")), self.device_type)
             if pane is not None:
                 self._alert_panes[str(d.get("counter"))] = pane
                 self.panes[pane].set_class(True, "-alert")
-        elif name == "leak_cleared":
+        elif name == R.LEAK_CLEARED:
             self.leak_banner.cleared(event.step, d)
             pane = self._alert_panes.pop(str(d.get("counter")), None)
             if pane is not None and pane not in self._alert_panes.values():
                 self.panes[pane].set_class(False, "-alert")
-        elif name == "profile_started":
+        elif name == R.PROFILE_STARTED:
             self._profile_requested = False
-        elif name == "profile_cancelled":
+        elif name == R.PROFILE_CANCELLED:
             self._profile_requested = False
             self.ops_table.set_note("profiler window cancelled; press p to open a new one")
-            self.notify("profiler window cancelled", timeout=3)
-        elif name == "profile_done":
+            self.notify(f"profiler window cancelled: {d.get('reason', '')}", timeout=3)
+        elif name == R.PROFILE_DONE:
             self._profile_requested = False
             self.ops_table.show_window(event.step, d)
             if self.size.width < 100:  # narrow: the table takes the chart's place
                 self.set_view("ops")
             self.notify(f"top ops ready (step {event.step}); o changes the sort", timeout=4)
-        elif name == "ledger":
+        elif name == R.LEDGER:
             self.ledger.show_ledger(d)
-        elif name == "leak_demo_started":
+        elif name == R.LEAK_DEMO_STARTED:
             self._leak_toggling = False
-            self._leak_kind = d.get("kind", self._leak_kind)
-            self._leak_since = event.step
-        elif name == "leak_demo_stopped":
+        elif name == R.LEAK_DEMO_STOPPED:
             self._leak_toggling = False
-            self._leak_since = None
             self.notify(f"leak demo stopped: released {d.get('released_tensors', '?')} tensors",
                         timeout=4)
-        elif name == "error":
+        elif name in (R.PAUSED, R.RESUMED):
+            self._pause_pending = None
+        elif name == R.ERROR:
             self.error_banner.show_message(
                 f"TRAINING FAILED at step {event.step}: {d.get('error_type', 'Error')}: "
                 f"{d.get('message', '')}\nthe last samples stay on screen; the traceback is in "
                 f"{self.run_dir / 'metrics.jsonl'}; q quits")
-        elif name == "memory_guard":
+        elif name == R.MEMORY_GUARD:
             self.error_banner.show_message(
                 f"memory guard stopped the run at step {event.step}: {d.get('counter')} would "
                 f"pass the --max-memory limit", warning=True)
 
-    # keys --------------------------------------------------------------------------------------
-    def _run_over(self) -> bool:
-        if self.trainer.status.state in ("stopped", "failed"):
-            self.notify("the run has ended: q quits", timeout=3)
-            return True
-        return False
-
-    def action_profile(self) -> None:
-        if self._run_over():
+    def relabel(self, device_type: str) -> None:
+        """Pane labels say what the counters are on this device (a viewer learns it late)."""
+        if device_type == self.device_type:
             return
-        if not self.profiler_available:
-            self.notify("no profiler window in this build", severity="warning", timeout=3)
-            return
-        self.control.request_profile()
-        if self.trainer.status.profile_phase is None:
-            self._profile_requested = True
-        self.update_status()
-
-    def action_leak(self) -> None:
-        if self._run_over():
-            return
-        self.control.toggle_leak()
-        self._leak_toggling = True
-        self.update_status()
-
-    def action_pause(self) -> None:
-        if self._run_over():
-            return
-        self.control.toggle_pause()
-        self.update_header()
-
-    def action_sort(self) -> None:
-        title = self.ops_table.cycle_sort()
-        if title is None:
-            self.notify("no top-ops table yet: press p first", timeout=3)
-
-    def action_view(self) -> None:
-        self.set_view(VIEWS[(VIEWS.index(self.view) + 1) % len(VIEWS)])
+        self.device_type = device_type
+        labels, short = pane_labels(device_type), pane_labels(device_type, short=True)
+        for pane_id, pane in self.panes.items():
+            if pane_id != "tokens":
+                pane.relabel(labels[pane_id], short[pane_id])
+        self.chart.set_labels((labels["allocated"], labels["reserved"], labels["peak"]))
 
     def set_view(self, view: str) -> None:
         """Which of chart / top ops / ledger fills the lower area on narrow terminals."""
@@ -358,104 +371,9 @@ class MemtopApp(App[int]):
         self.view = view
         lower.set_class(True, f"view-{view}")
 
-    def action_help(self) -> None:
-        if not isinstance(self.screen, HelpScreen):
-            self.push_screen(HelpScreen(self.device_type, self.counters))
-
-    def action_screenshot(self) -> None:
-        """An SVG into the run folder; the counter keeps two presses in one second apart."""
-        self._screenshots += 1
-        step = self.trainer.status.step
-        name = (f"screenshot-{self._screenshots:03d}-step{step:06d}-"
-                f"{time.strftime('%H%M%S')}.svg")
-        try:
-            path = self.save_screenshot(filename=name, path=str(self.run_dir))
-        except OSError as exc:  # disk full, read-only folder: the dashboard stays up
-            self.notify(f"screenshot not saved: {exc.strerror or exc}", severity="error",
-                        timeout=6)
-            return
-        self.notify(f"saved {path}", timeout=4)
-
-    def action_report(self) -> None:
-        self.notify("writing the report…", timeout=2)
-        self._report_worker()
-
-    @work(thread=True, group="report", exclusive=True, exit_on_error=False)
-    def _report_worker(self) -> None:
-        """Off the event loop; probes.report serialises writers (`r` twice, `r` then `q`)."""
-        from probes.report import write_report
-
-        try:
-            path = write_report(self.run_dir)
-        except Exception as exc:  # the dashboard must survive a report bug
-            self.call_from_thread(self.notify, f"report failed: {exc}", severity="error")
-            return
-        self.ending.report_path = Path(path)
-        self.call_from_thread(self.notify, f"report written: {path}", timeout=6)
-
-    def action_request_quit(self) -> None:
-        self.request_quit("stopped by user")
-
-    def request_quit(self, reason: str) -> None:
-        """Stop at the next step boundary, join off the event loop, write the report, exit.
-
-        A second request while a long step runs leaves at once; shutdown() then waits, bounded.
-        """
-        if self._quitting:
-            if not self._quit_forced:
-                self._quit_forced = True
-                code = self.exit_code()
-                self.exit(code, return_code=code)
-            return
-        self._quitting = True
-        self.ending.stop_in_background(reason, then=lambda: self._on_loop(self._exit_after_quit))
-        self.update_header()
-        self.update_status()
-
-    def _exit_after_quit(self) -> None:
-        if not self._quit_forced:
-            code = self.exit_code()
-            self.exit(code, return_code=code)
-
-    def _on_loop(self, callback: Callable[..., Any], *args: Any) -> None:
-        """Run ``callback`` on the app's message pump, from any thread or a signal handler.
-
-        call_soon_threadsafe only appends to the loop's queue and wakes its selector (safe
-        between two bytecodes of the main thread); call_later then runs the callback inside
-        Textual's context. Nothing happens once the loop has closed.
-        """
-        loop = self._loop
-        if loop is not None:
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(self.call_later, callback, *args)
-
-    def signal_quit(self, signum: int) -> None:
-        """For a SIGTERM/SIGHUP handler: ask for the same clean quit as `q` (twice: at once)."""
-        if self.quit_signal is None:
-            self.quit_signal = signum
-        if self._loop is None:
-            self._early_signal = signum  # on_mount acts on it
-        else:
-            self._on_loop(self._quit_for_signal, signum)
-
-    def _quit_for_signal(self, signum: int) -> None:
-        self.request_quit(f"interrupted ({signal.Signals(signum).name})")
-
-    @property
-    def finished(self) -> bool:
-        return self.ending.finished
-
-    @property
-    def report_path(self) -> Path | None:
-        return self.ending.report_path
-
-    def exit_code(self) -> int:
-        return self.ending.exit_code()
-
-    def shutdown(self, timeout_s: float = 10.0, out: TextIO | None = None) -> None:
-        """After the app has gone (whatever the way): stop and join the trainer, finish the run."""
-        self.ending.shutdown(timeout_s, out)
-        if self._gc_frozen:
-            gc.unfreeze()
-            self._gc_frozen = False
-
+    def can(self, request: str) -> bool:
+        """Whether the run accepts ``request`` (its run_started row lists what it can do)."""
+        started = self.run_state.started
+        if started is None or not isinstance(started.get("requests"), list):
+            return request != "leak_start" or self.source.in_process
+        return request in started["requests"]

@@ -64,6 +64,22 @@ def pane_labels(device_type: str, short: bool = False) -> dict[str, str]:
     return labels
 
 
+def throughput(sample: Any) -> float | None:
+    """tokens/s when the loop counts tokens, else samples/s, else steps/s."""
+    if sample.tokens_per_s is not None:
+        return sample.tokens_per_s
+    if getattr(sample, "samples_per_s", None) is not None:
+        return sample.samples_per_s
+    return 1000.0 / sample.step_ms if sample.step_ms else None
+
+
+def throughput_label(sample: Any) -> str:
+    """The throughput pane's label for what :func:`throughput` shows."""
+    if sample.tokens_per_s is not None:
+        return _COMMON_LABELS["tokens"]
+    return "samples/s" if getattr(sample, "samples_per_s", None) is not None else "steps/s"
+
+
 def sample_values(sample: Any) -> dict[str, float | None]:
     """The value each pane shows for one StepSample (None -> n/a)."""
     return {
@@ -72,7 +88,7 @@ def sample_values(sample: Any) -> dict[str, float | None]:
         "peak": sample.peak_allocated_bytes,
         "driver": sample.driver_used_bytes,
         "scale": sample.scale,
-        "tokens": sample.tokens_per_s,
+        "tokens": throughput(sample),
         "step_ms": sample.step_ms,
         "loss": _finite_or_none(sample.loss),
     }
@@ -236,13 +252,15 @@ def state_text(state: str, profile_phase: str | None, pause_requested: bool,
     return state
 
 
-def header_text(*, device_name: str, device_total: int | None, amp: str, batch: int, seq: int,
-                params: int | None, step: int, elapsed_s: float | None, state: str,
-                width: int) -> str:
-    """The header line; drops the least useful parts first when narrow."""
+def header_text(*, device_name: str, device_total: int | None, amp: str, batch: int | None,
+                seq: int | None, params: int | None, step: int, elapsed_s: float | None,
+                state: str, width: int) -> str:
+    """The header line; drops the least useful parts first when narrow. B/T are left out for
+    a loop that did not say them."""
     total = f" {format_bytes(device_total)}" if device_total else ""
     device = f"{device_name or '…'}{total}"
-    parts = [device, f"amp {amp}", f"B{batch} T{seq}", f"{format_count(params)} params",
+    shape = [f"B{batch} T{seq}"] if batch and seq else []
+    parts = [device, f"amp {amp}", *shape, f"{format_count(params)} params",
              f"step {step}", format_clock(elapsed_s), state.upper()]
     for sep, lead in ((" │ ", " memtop │ "), (" │ ", " "), (" · ", " "), (" ", "")):
         text = lead + sep.join(parts)
@@ -262,7 +280,10 @@ def profile_text(phase: str | None, requested: bool, available: bool) -> str:
     return "profiler: off"
 
 
-def leak_demo_text(kind: str | None, active: bool, since: int | None, toggling: bool) -> str:
+def leak_demo_text(kind: str | None, active: bool, since: int | None, toggling: bool,
+                   available: bool = True) -> str:
+    if not available and not active:
+        return "leak demo: n/a"
     if toggling:
         return "leak demo: switching…"
     if active:

@@ -10,42 +10,40 @@ import threading
 from pathlib import Path
 from typing import TextIO
 
-from probes.sample import Event, StepSample
+from probes import records as R
+from probes.control import RunControl
+from probes.records import Event, Record, StepSample
 from probes.units import format_bytes, format_rate
 from trainer.config import TrainConfig
-from trainer.control import TrainControl
-from trainer.loop import Record, Trainer
+from trainer.loop import Trainer
 
 EXIT_SIGINT = 130
 EXIT_SIGTERM = 143
-
-# Events worth a line of their own in headless output.
-_LOUD_EVENTS = {"run_started", "run_finished", "error", "leak_suspected", "leak_cleared",
-                "profile_started",
-                "leak_demo_started", "leak_demo_stopped", "profile_done", "profile_cancelled",
-                "memory_guard", "metrics_write_failed"}
-
-
-# Event data too big for one line (they are in metrics.jsonl and the report).
-_BULKY_KEYS = {"traceback", "top_ops", "system", "lines", "model"}
 
 
 def format_step_line(s: StepSample) -> str:
     """One compact human line for a step (pure; tested without a run)."""
     scale = "-" if s.scale is None else f"{s.scale:.0f}"
-    loss = "nan" if s.loss != s.loss else f"{s.loss:.4f}"
-    return (f"step {s.step:>6}  loss {loss}  {format_rate(s.tokens_per_s)} tok/s  "
+    loss = "n/a" if s.loss is None else ("nan" if s.loss != s.loss else f"{s.loss:.4f}")
+    return (f"step {s.step:>6}  loss {loss}  {throughput_text(s)}  "
             f"{s.step_ms:7.1f} ms  alloc {format_bytes(s.allocated_bytes)}  "
             f"resv {format_bytes(s.reserved_bytes)}  peak {format_bytes(s.peak_allocated_bytes)}  "
             f"driver {format_bytes(s.driver_used_bytes)}  scale {scale}  skipped {s.skipped_steps}"
             + ("  [profiling]" if s.profiling else "") + ("  [leak demo]" if s.leak_active else ""))
 
 
+def throughput_text(s: StepSample) -> str:
+    """tokens/s when the loop counts tokens, else samples/s, else steps/s."""
+    if s.tokens_per_s is not None:
+        return f"{format_rate(s.tokens_per_s)} tok/s"
+    if s.samples_per_s is not None:
+        return f"{format_rate(s.samples_per_s)} samples/s"
+    return f"{format_rate(1000.0 / s.step_ms if s.step_ms else None)} steps/s"
+
+
 def format_event_line(e: Event) -> str:
-    keep = {k: v for k, v in e.data.items() if k not in _BULKY_KEYS}
-    details = "  ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
-                        for k, v in keep.items())
-    return f"== {e.event} at step {e.step}  {details}".rstrip()
+    """`== kind at step N  <the kind's sentence>` (probes/records.py defines each kind)."""
+    return f"== {e.event} at step {e.step}  {e.summary()}".rstrip()
 
 
 class HeadlessPrinter:
@@ -57,9 +55,9 @@ class HeadlessPrinter:
         if isinstance(record, StepSample):
             if record.step % self.log_every == 0 or record.step == 1:
                 print(format_step_line(record), file=self.out, flush=True)
-        elif record.event in _LOUD_EVENTS:
+        elif record.kind is not None and record.kind.loud:
             print(format_event_line(record), file=self.out, flush=True)
-            if record.event == "error" and "traceback" in record.data:
+            if record.event == R.ERROR and record.data.get("traceback"):
                 print(record.data["traceback"], file=sys.stderr, flush=True)
 
 
@@ -70,7 +68,7 @@ def run_headless(config: TrainConfig, run_dir: Path, log_every: int = 10,
     from tui.finish import finish_run
 
     out = out or sys.stdout
-    control = TrainControl()
+    control = RunControl()
     trainer = Trainer(config, run_dir, control=control, sinks=[HeadlessPrinter(log_every, out)],
                       hooks=build_hooks(config))
     print(f"memtop: run folder {run_dir}", file=out, flush=True)

@@ -9,11 +9,13 @@ import contextlib
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
-from trainer.control import TrainControl
-from trainer.loop import Trainer
+from probes.control import RunControl
 from tui.finish import finish_run
+
+if TYPE_CHECKING:
+    from trainer.loop import Trainer
 
 
 def say(out: TextIO | None, text: str) -> None:
@@ -24,7 +26,7 @@ def say(out: TextIO | None, text: str) -> None:
 
 
 class RunEnd:
-    def __init__(self, trainer: Trainer, control: TrainControl, run_dir: Path) -> None:
+    def __init__(self, trainer: Trainer, control: RunControl, run_dir: Path) -> None:
         self.trainer = trainer
         self.control = control
         self.run_dir = run_dir

@@ -111,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
         config.resolve()  # the device and amp mode exist here (imports torch)
     except ValueError as exc:
         raise UsageError(f"memtop train: {exc}") from None
-    from probes.rundir import RunDirError, create_run_dir
+    from probes.runfolder import RunDirError, create_run_dir
 
     try:
         run_dir = create_run_dir(config.run_dir)

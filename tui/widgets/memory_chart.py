@@ -57,6 +57,12 @@ class MemoryChart(PlotextPlot):
                 self.points.append((s.step, alloc, resv))
                 self._pending = True
 
+    def set_labels(self, labels: tuple[str, str, str]) -> None:
+        """Series names (they depend on the device, which a viewer may learn late)."""
+        if labels != self._labels:
+            self._labels = labels
+            self._pending = bool(self.points)
+
     def maybe_redraw(self, peak: float | None, force: bool = False) -> bool:
         """Hand the new points to plotext at most every ``every_s`` (first points at once)."""
         now = time.monotonic()

@@ -63,6 +63,13 @@ class MetricPane(Widget):
         self.current = values[-1]
         self._dirty = True
 
+    def relabel(self, label: str, short_label: str | None = None) -> None:
+        """A new label (a viewer learns the device late; a loop may count samples, not
+        tokens)."""
+        if (label, short_label) != (self.label, self.short_label):
+            self.label, self.short_label = label, short_label
+            self._dirty = True
+
     def set_note(self, note: str | None) -> None:
         if note != self.note:
             self.note = note

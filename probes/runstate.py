@@ -1,0 +1,146 @@
+"""A run's state, folded from its records alone: what the dashboard's header and status line,
+`memtop runs` and the trainer's own status show.
+
+Because it needs nothing but records, the same state is had from a trainer in this process, a
+metrics.jsonl another process is appending to, or a finished run folder.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from probes import records as R
+from probes.records import Event, Record, StepSample
+
+
+@dataclass
+class ProfileWindow:
+    first_step: int
+    wait: int
+    warmup: int
+    active: int
+
+    @property
+    def steps(self) -> int:
+        return self.wait + self.warmup + self.active
+
+    def phase_text(self, index: int) -> str:
+        """The phase of the window's ``index``-th step (0-based): "wait 1/1", "active 2/3"."""
+        if index < self.wait:
+            return f"wait {index + 1}/{self.wait}"
+        if index < self.wait + self.warmup:
+            return f"warmup {index - self.wait + 1}/{self.warmup}"
+        return f"active {index - self.wait - self.warmup + 1}/{self.active}"
+
+
+@dataclass
+class RunState:
+    """Everything here is derived from records; ``apply`` each one in order."""
+
+    state: str = "starting"  # starting | running | paused | stopped | failed
+    step: int = 0  # the last step recorded
+    time_s: float = 0.0  # the run's clock at the last record
+    device: str = ""
+    device_name: str = ""
+    device_total_bytes: int | None = None
+    amp: str = ""
+    params: int = 0
+    counters: str | None = None  # where allocated/reserved come from, in words
+    started: dict[str, Any] | None = None  # the run_started row's data
+    last_sample: StepSample | None = None
+    profile_phase: str | None = None  # "wait 1/1", "active 2/3", "analysing", None
+    window: ProfileWindow | None = None
+    leak_active: bool = False
+    leak_kind: str | None = None
+    leak_since: int | None = None
+    alerts: dict[str, dict[str, Any]] = field(default_factory=dict)  # counter -> leak data
+    stop_reason: str | None = None
+    error: str | None = None
+    finished: bool = False
+    records: int = 0
+
+    @property
+    def ended(self) -> bool:
+        return self.finished
+
+    @property
+    def outcome(self) -> str:
+        """live | finished | stopped | interrupted | failed: one word for `memtop runs`."""
+        if not self.finished:
+            return "live" if self.state != "failed" else "failed"
+        if self.error is not None or self.state == "failed":
+            return "failed"
+        reason = self.stop_reason or ""
+        if reason == "finished":
+            return "finished"
+        if reason.startswith("interrupted"):
+            return "interrupted"
+        return "stopped"
+
+    def apply(self, record: Record) -> None:
+        self.records += 1
+        self.time_s = max(self.time_s, record.time_s or 0.0)
+        if isinstance(record, StepSample):
+            self._sample(record)
+        else:
+            self._event(record)
+
+    def _sample(self, s: StepSample) -> None:
+        self.step = max(self.step, s.step)
+        self.last_sample = s
+        if self.state == "starting":
+            self.state = "running"
+        if s.profiling and self.window is not None:
+            index = s.step - self.window.first_step + 1
+            self.profile_phase = (self.window.phase_text(index) if index < self.window.steps
+                                  else "analysing")
+
+    def _event(self, e: Event) -> None:
+        d = e.data
+        name = e.event
+        if name == R.RUN_STARTED:
+            self.started = dict(d)
+            self.state = "running"
+            self.device = str(d.get("device") or "")
+            self.device_name = str(d.get("device_name") or self.device)
+            self.device_total_bytes = d.get("device_total_bytes")
+            self.amp = str(d.get("amp") or "")
+            self.params = d.get("params") or 0
+            self.counters = d.get("counters")
+        elif name == R.PAUSED:
+            self.state = "paused"
+        elif name == R.RESUMED:
+            if self.state == "paused":
+                self.state = "running"
+        elif name == R.PROFILE_STARTED:
+            self.window = ProfileWindow(e.step, int(d.get("wait") or 0),
+                                        int(d.get("warmup") or 0), int(d.get("active") or 1))
+            self.profile_phase = self.window.phase_text(0)
+        elif name == R.PROFILE_ANALYSING:
+            self.profile_phase = "analysing"
+        elif name in (R.PROFILE_DONE, R.PROFILE_CANCELLED):
+            self.profile_phase = None
+            self.window = None
+        elif name == R.LEAK_DEMO_STARTED:
+            self.leak_active = True
+            self.leak_kind = d.get("kind")
+            self.leak_since = e.step
+        elif name == R.LEAK_DEMO_STOPPED:
+            self.leak_active = False
+            self.leak_since = None
+        elif name == R.LEAK_SUSPECTED:
+            self.alerts[str(d.get("counter"))] = dict(d, step=e.step)
+        elif name == R.LEAK_CLEARED:
+            self.alerts.pop(str(d.get("counter")), None)
+        elif name == R.ERROR:
+            self.error = f"{d.get('error_type', 'Error')}: {d.get('message', '')}"
+            self.state = "failed"
+            self.stop_reason = self.error
+        elif name == R.RUN_FINISHED:
+            self.finished = True
+            if self.state != "failed":
+                self.state = "stopped"
+                self.stop_reason = str(d.get("reason") or "finished")
+            self.profile_phase = None
+            self.window = None

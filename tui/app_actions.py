@@ -1,0 +1,238 @@
+"""The dashboard's keys and its ways out, apart from the layout and the refresh (tui/app.py).
+
+Every key that steers the run becomes a request to the run source: straight to the trainer's
+control object in `memtop train`, through the run's socket in `memtop view` (off the event
+loop, since a socket round trip may take a moment). Quitting `memtop train` stops the trainer
+at a step boundary, joins it off the event loop and writes the report; quitting `memtop view`
+leaves the run alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TextIO
+
+from textual import work
+
+from tui.widgets.confirm import ConfirmScreen
+from tui.widgets.help_screen import HelpScreen
+
+VIEWS = ("chart", "ops", "ledger")
+
+
+class AppActions:
+    """Mixed into MemtopApp; uses its source, run state and widgets."""
+
+    def _init_actions(self: Any) -> None:
+        self._quitting = False
+        self._quit_forced = False
+        self._profile_requested = False
+        self._leak_toggling = False
+        self._pause_pending: str | None = None  # "pause" / "resume" until the run says so
+        self.quit_signal: int | None = None  # SIGTERM/SIGHUP that asked for the quit
+        self._early_signal: int | None = None  # one that came before the loop was running
+        self._screenshots = 0
+        self._report_path: Path | None = None
+
+    def _mounted_actions(self: Any) -> None:
+        if self._early_signal is not None:
+            self.call_later(self._quit_for_signal, self._early_signal)
+
+    # steering the run ---------------------------------------------------------------------------
+    def _run_over(self: Any) -> bool:
+        if self.run_state.finished or self.run_state.state == "failed":
+            self.notify("the run has ended: q quits", timeout=3)
+            return True
+        if not self.source.live and not self.source.in_process:
+            self.notify(f"this run is not live: {self.source.note or 'nothing to steer'}",
+                        timeout=4)
+            return True
+        return False
+
+    def send(self: Any, kind: str, reason: str | None = None) -> None:
+        """A request to the run: at once in process, else from a worker thread."""
+        if self.source.in_process:
+            self.source.request(kind, reason=reason)
+        else:
+            self._send_worker(kind, reason)
+
+    @work(thread=True, group="request", exit_on_error=False)
+    def _send_worker(self: Any, kind: str, reason: str | None) -> None:
+        at_step = None
+        if len(getattr(self.source, "followers", {})) > 1 and kind != "resume":
+            at_step = self.run_state.step + 3  # several ranks: all act before the same step
+        error = self.source.request(kind, at_step=at_step, reason=reason)
+        if error:
+            self.call_from_thread(self._request_refused, kind, error)
+
+    def _request_refused(self: Any, kind: str, error: str) -> None:
+        self._profile_requested = self._leak_toggling = False
+        self._pause_pending = None
+        self.notify(f"{kind}: {error}", severity="warning", timeout=5)
+        self.update_status()
+
+    def action_profile(self: Any) -> None:
+        if self._run_over():
+            return
+        if not self.can("profile"):
+            self.notify("this run has no profiler window", severity="warning", timeout=3)
+            return
+        if self.run_state.profile_phase is not None or self._profile_requested:
+            self.send("profile_cancel")
+            self._profile_requested = False
+        else:
+            self.send("profile")
+            self._profile_requested = True
+        self.update_status()
+
+    def action_leak(self: Any) -> None:
+        if self._run_over():
+            return
+        if not self.can("leak_start"):
+            self.notify("this run has no leak demo (memtop train has one)", timeout=3)
+            return
+        self.send("leak_stop" if self.run_state.leak_active else "leak_start")
+        self._leak_toggling = True
+        self.update_status()
+
+    def action_pause(self: Any) -> None:
+        if self._run_over():
+            return
+        paused = self.run_state.state == "paused" if self._pause_pending is None else \
+            self._pause_pending == "pause"
+        self._pause_pending = "resume" if paused else "pause"
+        self.send(self._pause_pending)
+        self.update_header()
+
+    def action_stop_run(self: Any) -> None:
+        """`x`: stop the run itself (a viewer's way; asks first)."""
+        if self._run_over():
+            return
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.send("stop", reason="stopped from a viewer")
+                self.notify("stop requested: the run ends at its next step boundary",
+                            timeout=4)
+
+        self.push_screen(ConfirmScreen("Stop the run at its next step boundary? (y/n)"),
+                         answered)
+
+    # views and files ----------------------------------------------------------------------------
+    def action_sort(self: Any) -> None:
+        title = self.ops_table.cycle_sort()
+        if title is None:
+            self.notify("no top-ops table yet: press p first", timeout=3)
+
+    def action_view(self: Any) -> None:
+        self.set_view(VIEWS[(VIEWS.index(self.view) + 1) % len(VIEWS)])
+
+    def action_help(self: Any) -> None:
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen(self.device_type, self.run_state.counters))
+
+    def action_screenshot(self: Any) -> None:
+        """An SVG into the run folder; the counter keeps two presses in one second apart."""
+        self._screenshots += 1
+        name = (f"screenshot-{self._screenshots:03d}-step{self.run_state.step:06d}-"
+                f"{time.strftime('%H%M%S')}.svg")
+        try:
+            path = self.save_screenshot(filename=name, path=str(self.run_dir))
+        except OSError as exc:  # disk full, read-only folder: the dashboard stays up
+            self.notify(f"screenshot not saved: {exc.strerror or exc}", severity="error",
+                        timeout=6)
+            return
+        self.notify(f"saved {path}", timeout=4)
+
+    def action_report(self: Any) -> None:
+        self.notify("writing the report…", timeout=2)
+        self._report_worker()
+
+    @work(thread=True, group="report", exclusive=True, exit_on_error=False)
+    def _report_worker(self: Any) -> None:
+        """Off the event loop; files only (any run folder); probes.report serialises writers."""
+        from probes.report import write_report
+
+        try:
+            path = write_report(self.run_dir)
+        except Exception as exc:  # the dashboard must survive a report bug
+            self.call_from_thread(self.notify, f"report failed: {exc}", severity="error")
+            return
+        self._report_path = Path(path)
+        if self.ending is not None:
+            self.ending.report_path = Path(path)
+        self.call_from_thread(self.notify, f"report written: {path}", timeout=6)
+
+    # quitting -------------------------------------------------------------------------------------
+    def action_request_quit(self: Any) -> None:
+        self.request_quit("stopped by user")
+
+    def request_quit(self: Any, reason: str) -> None:
+        """memtop train: stop at the next step boundary, join off the event loop, write the
+        report, exit (a second request leaves at once). memtop view: leave; the run goes on."""
+        if self.ending is None:
+            self.exit(0, return_code=0)
+            return
+        if self._quitting:
+            if not self._quit_forced:
+                self._quit_forced = True
+                code = self.exit_code()
+                self.exit(code, return_code=code)
+            return
+        self._quitting = True
+        self.ending.stop_in_background(reason, then=lambda: self._on_loop(self._exit_after_quit))
+        self.update_header()
+        self.update_status()
+
+    def _exit_after_quit(self: Any) -> None:
+        if not self._quit_forced:
+            code = self.exit_code()
+            self.exit(code, return_code=code)
+
+    def _on_loop(self: Any, callback: Callable[..., Any], *args: Any) -> None:
+        """Run ``callback`` on the app's message pump, from any thread or a signal handler.
+
+        call_soon_threadsafe only appends to the loop's queue and wakes its selector (safe
+        between two bytecodes of the main thread); call_later then runs the callback inside
+        Textual's context. Nothing happens once the loop has closed.
+        """
+        loop = self._loop
+        if loop is not None:
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self.call_later, callback, *args)
+
+    def signal_quit(self: Any, signum: int) -> None:
+        """For a SIGTERM/SIGHUP handler: ask for the same clean quit as `q` (twice: at once)."""
+        if self.quit_signal is None:
+            self.quit_signal = signum
+        if self._loop is None:
+            self._early_signal = signum  # on_mount acts on it
+        else:
+            self._on_loop(self._quit_for_signal, signum)
+
+    def _quit_for_signal(self: Any, signum: int) -> None:
+        self.request_quit(f"interrupted ({signal.Signals(signum).name})")
+
+    @property
+    def finished(self: Any) -> bool:
+        return self.ending.finished if self.ending is not None else True
+
+    @property
+    def report_path(self: Any) -> Path | None:
+        return self.ending.report_path if self.ending is not None else self._report_path
+
+    def exit_code(self: Any) -> int:
+        return self.ending.exit_code() if self.ending is not None else 0
+
+    def shutdown(self: Any, timeout_s: float = 10.0, out: TextIO | None = None) -> None:
+        """After the app has gone (whatever the way): stop and join the trainer, finish the run."""
+        if self.ending is not None:
+            self.ending.shutdown(timeout_s, out)
+        if self._gc_frozen:
+            gc.unfreeze()
+            self._gc_frozen = False
