@@ -1,0 +1,61 @@
+"""``memtop runs [FOLDER]``: one line per run, newest last, to find the run to view."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING
+
+from tui.commands.argtypes import EXIT_USAGE
+
+if TYPE_CHECKING:
+    from probes.runlist import RunSummary
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("runs", help="list the runs in a folder: state, steps, device, peak",
+                       description="One line per run folder: id, state (live, finished, "
+                                   "stopped, interrupted, failed), steps, device, amp, start "
+                                   "time, last throughput and peak memory.")
+    p.add_argument("folder", metavar="FOLDER", nargs="?", default="runs",
+                   help="a folder of runs (default: %(default)s)")
+
+
+def format_row(s: RunSummary) -> str:
+    """One run's line, under HEADER's columns."""
+    from probes.runlist import started_text
+    from probes.units import format_bytes, format_rate
+
+    rate = f"{format_rate(s.throughput)} {s.throughput_unit}" if s.throughput else "n/a"
+    device = (s.device or "n/a") + (f" x{s.ranks}" if s.ranks > 1 else "")
+    return (f"{s.run_dir.name:<24} {s.outcome:<11} {s.steps:>7} {device:<8} "
+            f"{s.amp or 'n/a':<4} {started_text(s.started_at):<16} {rate:>13} "
+            f"{format_bytes(s.peak_bytes):>9}")
+
+
+HEADER = (f"{'RUN':<24} {'STATE':<11} {'STEPS':>7} {'DEVICE':<8} {'AMP':<4} "
+          f"{'STARTED':<16} {'THROUGHPUT':>13} {'PEAK':>9}")
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from probes.runfolder import find_runs, is_run_folder
+    from probes.runlist import summarize_run
+
+    root = Path(args.folder)
+    if not root.is_dir():
+        print(f"memtop runs: {root} is not a folder", file=sys.stderr)
+        return EXIT_USAGE
+    runs = [root] if is_run_folder(root) else find_runs(root)
+    if not runs:
+        print(f"memtop: no runs in {root} (start one with `memtop train`)")
+        return 0
+    print(HEADER)
+    for path in runs:
+        summary = summarize_run(path)
+        line = format_row(summary)
+        if summary.reason and summary.outcome in ("failed", "stopped", "interrupted"):
+            line += f"  {summary.reason}"
+        print(line)
+    return 0
