@@ -41,7 +41,7 @@ def median(values: list[float]) -> float:
 
 
 def in_thread(fn, *args):
-    """Run torch work on a non-main thread, as memtop's trainer does (DESIGN.md: OpenMP pool)."""
+    """Run torch work on a non-main thread, as memtop's trainer does (docs/ARCHITECTURE.md)."""
     box: dict = {}
 
     def target() -> None:

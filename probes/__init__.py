@@ -1,4 +1,24 @@
-"""memtop probes: samplers, sample records and sinks usable from any training loop.
+"""memtop probes: counters, instruments, the run folder and the public Monitor API for any loop.
 
-This package imports no Textual; the UI lives in ``tui/``.
+``from probes import Monitor`` (docs/ARCHITECTURE.md). This package imports no Textual; the UI
+lives in ``tui/``. Monitor is imported lazily so that reading a run folder (``memtop view``)
+never imports torch.
 """
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["Monitor", "MemtopError"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Monitor":
+        from probes.monitor import Monitor
+
+        return Monitor
+    if name == "MemtopError":
+        from probes.errors import MemtopError
+
+        return MemtopError
+    raise AttributeError(f"module 'probes' has no attribute {name!r}")

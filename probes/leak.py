@@ -1,8 +1,8 @@
 """Live leak detection: sustained growth of end-of-step memory, told apart from noise and caching.
 
-The tutorial's test for a leak (§3.3, pitfall 6): does memory at the end of each step come back to
-the same level? A loop that keeps ``loss`` with its graph, or keeps output tensors, grows a little
-every step, and that shows in the end-of-step values long before an OOM.
+The test for a leak (docs/ARCHITECTURE.md, instruments): does memory at the end of each step come
+back to the same level? A loop that keeps ``loss`` with its graph, or keeps output tensors, grows a
+little every step, and that shows in the end-of-step values long before an OOM.
 
 ``LeakDetector`` is pure (no torch, no clock): feed it ``(step, value)`` points of any counter and
 it returns a ``LeakAlert`` when growth is sustained and a ``LeakCleared`` when the series is flat

@@ -1,12 +1,12 @@
 """The memory ledger: where a training step's bytes go, measured beside the tutorial's formulas.
 
-Lines (tutorial §1.3, §5.1): parameters, gradients, optimizer state, autocast weight copies, saved
-activations, [CPU: runtime heap at start], other/temporaries, allocator cache. The first five are
-exact sums over live tensors, deduplicated by storage (GPT ties wte and lm_head: one storage,
-counted once). Saved activations come from ``torch.autograd.graph.saved_tensors_hooks`` on a
-*sampled* step only: the pack hook records storage pointer and size and returns ``t.detach()``
-(same storage; as the docs advise: returning ``t`` itself ties a saved output to its own grad_fn,
-a cycle that even gc does not free, as tests/test_ledger.py shows).
+Lines (docs/ARCHITECTURE.md, instruments): parameters, gradients, optimizer state, autocast weight
+copies, saved activations, [CPU: runtime heap at start], other/temporaries, allocator cache. The
+first five are exact sums over live tensors, deduplicated by storage (GPT ties wte and lm_head: one
+storage, counted once). Saved activations come from ``torch.autograd.graph.saved_tensors_hooks`` on
+a *sampled* step only: the pack hook records storage pointer and size and returns ``t.detach()``
+(same storage; as the docs advise: returning ``t`` itself ties a saved output to its own grad_fn, a
+cycle that even gc does not free, as tests/test_ledger.py shows).
 
 Snapshot: counters are read at the end of the model's forward (its forward hook), the activation
 height; gradients do not exist then (zero_grad(set_to_none=True)), so "other" is
@@ -352,9 +352,12 @@ class Ledger(StepHook):
             lin, _ = unique_bytes(m.weight for m in self.ctx.model.modules()
                                   if isinstance(m, torch.nn.Linear))
             n_lin = lin // esize if esize else 0
-            lines.append(_line("autocast weight copies", copies, n_lin * 2 if amp != "off" else 0,
-                               "P_linear × 2 B",
-                               f"{amp} casts of Linear weights saved for backward; no master "
+            # P_linear × 2 B holds for memtop's GPT (only Linear layers autocast); other
+            # models cast convolutions too, so their copies are measured only.
+            predicted = (n_lin * 2 if amp != "off" else 0) if gpt is not None else None
+            lines.append(_line("autocast weight copies", copies, predicted,
+                               "P_linear × 2 B" if gpt is not None else "measured only",
+                               f"{amp} casts of weights saved for backward; no master "
                                "weights: the fp32 weights are the masters"))
         pred = None  # formulas only for memtop's own GPT; any other model is measured only
         if gpt is not None and B is not None and T is not None:

@@ -1,12 +1,12 @@
 """A bounded torch.profiler window, opened by a key press or at fixed steps, that closes itself.
 
-The tutorial's rule (seed §4): a profiler is a diagnosis tool with a cost, so trace a few steps
+A profiler is a diagnosis tool with a cost (docs/ARCHITECTURE.md, the method), so trace a few steps
 after a warmup, never the whole run. torch's profiler is thread-local, so every call to it happens
-here, on the training thread. When the window ends, the training thread only exports the trace
-(tens of ms); the top-ops table is computed by a child process from that trace (probes.opstable),
-because key_averages() would hold the GIL ~0.6-0.8 s and freeze the dashboard. The child is started
-idle when the window opens (a process start disturbs the next step on two cores) and told to go
-once trace.json is written. Its result is picked up at a later step boundary and emitted from the
+here, on the training thread. When the window ends, the training thread only exports the trace (tens
+of ms); the top-ops table is computed by a child process from that trace (probes.opstable), because
+key_averages() would hold the GIL ~0.6-0.8 s and freeze the dashboard. The child is started idle
+when the window opens (a process start disturbs the next step on two cores) and told to go once
+trace.json is written. Its result is picked up at a later step boundary and emitted from the
 training thread, like every other event. Measured: benchmarks/profiler_window.py.
 """
 

@@ -1,4 +1,5 @@
-"""The experiment report (tutorial §6.3): report.json + report.md, built from a run folder's files.
+"""The experiment report (docs/ARCHITECTURE.md, the method): report.json + report.md, built
+from a run folder's files.
 
 Only files are read (config.json, metrics.jsonl), never torch, so it runs from any thread and on
 a machine other than the one that trained. A killed run still gets a report from the rows that
@@ -21,6 +22,7 @@ from probes.report_read import (
     LEAK_EVENTS,
     ReportError,
     finite_num,
+    is_gpt_config,
     is_int,
     read_config,
     read_rows,
@@ -82,9 +84,15 @@ def peak_flops(device_name: str | None, amp: str) -> tuple[float | None, str]:
     return None, f"peak FLOP/s of {device_name!r} is not in memtop's table"
 
 
-def _flops_per_token(config: dict[str, Any], params: int | None) -> dict[str, Any] | None:
-    """nanoGPT's estimate: 6N + 12·L·D·T, N without the position table (block_size × D)."""
-    if not params:
+def _flops_per_token(config: dict[str, Any], params: int | None,
+                     given: Any = None) -> dict[str, Any] | None:
+    """The loop's own figure (Monitor's flops_per_token) or, for memtop's GPT, nanoGPT's
+    estimate 6N + 12·L·D·T, N without the position table (block_size × D). Any other model:
+    unknown, never guessed."""
+    if finite_num(given) and given > 0:
+        return {"flops_per_token": given, "non_embedding_params": None,
+                "formula": "given by the training loop (Monitor flops_per_token=)"}
+    if not params or not is_gpt_config(config):
         return None
     L, D, T = config["layers"], config["dim"], config["seq_len"]
     block = config.get("block_size") if is_int(config.get("block_size")) else T
@@ -103,11 +111,58 @@ def _steps_for_stats(steps: list[dict[str, Any]], warmup: int) -> tuple[list[dic
     return steps, "all steps (none after warmup were recorded)"
 
 
+def _run_amp(config: dict[str, Any], started: dict[str, Any], steps: list[dict]) -> str:
+    """The precision the steps ran in: a Monitor with amp="auto" learns it in the first forward
+    pass, so its step rows know it and run_started does not."""
+    amp = started.get("amp") or config.get("resolved_amp") or config.get("amp") or "off"
+    if amp == "auto":
+        amp = next((r["amp"] for r in reversed(steps) if isinstance(r.get("amp"), str)), "off")
+    return str(amp)
+
+
+def _warmup(config: dict[str, Any]) -> int:
+    mon = config.get("monitor") if isinstance(config.get("monitor"), dict) else {}
+    value = config.get("warmup_steps", mon.get("warmup_steps", 0))
+    return value if is_int(value) and value >= 0 else 0
+
+
+def _tokens_per_step(config: dict[str, Any], started: dict[str, Any]) -> int | None:
+    if is_gpt_config(config):
+        return config["batch_size"] * config["seq_len"]
+    value = started.get("tokens_per_step")
+    return value if is_int(value) and value > 0 else None
+
+
+def _model_and_input(config: dict[str, Any], started: dict[str, Any],
+                     model_info: dict[str, Any], amp: str) -> tuple[dict, dict]:
+    """What the model and its input were: memtop's GPT by its shape, any other model by name."""
+    compute = {"bf16": "bfloat16 (autocast)",
+               "fp16": "float16 (autocast + GradScaler)"}.get(amp, "float32")
+    param_dtype = model_info.get("param_dtype") or "float32"
+    if is_gpt_config(config):
+        model = {"kind": "GPT", "layers": config["layers"], "dim": config["dim"],
+                 "heads": config["heads"], "vocab": model_info.get("vocab_size") or 256,
+                 "block_size": config.get("block_size"), "attention": config.get("attention"),
+                 "params": started.get("params")}
+        inp = {"batch_size": config["batch_size"], "seq_len": config["seq_len"],
+               "tokens_per_step": config["batch_size"] * config["seq_len"],
+               "token_dtype": "int64", "param_dtype": param_dtype, "compute_dtype": compute}
+        return model, inp
+    mon = config.get("monitor") if isinstance(config.get("monitor"), dict) else {}
+    model = {"kind": str(mon.get("model") or "a model of the training loop's own"),
+             "params": started.get("params")}
+    inp = {"tokens_per_step": started.get("tokens_per_step"),
+           "samples_per_step": started.get("samples_per_step"),
+           "param_dtype": param_dtype, "compute_dtype": compute}
+    return model, inp
+
+
 def _results(config: dict, steps: list[dict], started: dict) -> dict:
-    warmup = config.get("warmup_steps", 0)
+    warmup = _warmup(config)
     stats_rows, over = _steps_for_stats(steps, warmup)
     losses = [x for x in (finite_num(r.get("loss")) for r in steps) if x is not None]
     tps = [x for x in (finite_num(r.get("tokens_per_s")) for r in stats_rows) if x is not None]
+    sps = [x for x in (finite_num(r.get("samples_per_s")) for r in stats_rows) if x is not None]
     ms = [x for x in (finite_num(r.get("step_ms")) for r in stats_rows) if x is not None]
     after_reset = [r for r in steps if r["step"] >= max(warmup, 1)] or steps
 
@@ -117,12 +172,15 @@ def _results(config: dict, steps: list[dict], started: dict) -> dict:
         return int(max(vals)) if vals else None
 
     last = steps[-1] if steps else {}
-    amp = str(started.get("amp") or config.get("resolved_amp") or config.get("amp") or "off")
+    amp = _run_amp(config, started, steps)
     params = started.get("params") if is_int(started.get("params")) else None
-    flops = _flops_per_token(config, params)
+    flops = _flops_per_token(config, params, started.get("flops_per_token"))
     tps50 = percentile(tps, 50)
     device_name = started.get("device_name")
     peak_fs, why = peak_flops(device_name, amp)
+    if flops is None:
+        why = ("FLOPs per token of this model are unknown to memtop (give Monitor "
+               "flops_per_token= to get MFU)")
     achieved = flops["flops_per_token"] * tps50 if flops and tps50 else None
     mfu = achieved / peak_fs if achieved and peak_fs else None
     return {
@@ -133,6 +191,7 @@ def _results(config: dict, steps: list[dict], started: dict) -> dict:
         "mean_loss": sum(losses) / len(losses) if losses else None,
         "mean_loss_over": "all recorded steps with a finite loss",
         "tokens_per_s_p50": tps50,
+        "samples_per_s_p50": percentile(sps, 50),
         "step_ms_p50": percentile(ms, 50), "step_ms_p95": percentile(ms, 95),
         "peak_allocated_bytes": peak(after_reset, "peak_allocated_bytes"),
         "peak_reserved_bytes": peak(after_reset, "reserved_bytes"),
@@ -142,7 +201,8 @@ def _results(config: dict, steps: list[dict], started: dict) -> dict:
                        "heap readings); reserved and driver: max of step-end samples"),
         "skipped_steps": last.get("skipped_steps") if is_int(last.get("skipped_steps")) else 0,
         "wall_s": finite_num(last.get("time_s")),
-        "tokens_trained": len(steps) * config["batch_size"] * config["seq_len"],
+        "tokens_trained": _tokens_per_step(config, started) * len(steps)
+        if _tokens_per_step(config, started) else None,
         "flops_per_token": flops["flops_per_token"] if flops else None,
         "flops_formula": flops["formula"] if flops else None,
         "achieved_flops_per_s": achieved,
@@ -197,8 +257,9 @@ def _build_report(run_dir: Path) -> dict[str, Any]:
     system = started.get("system") if isinstance(started.get("system"), dict) else None
     if system is None:
         system = dict(host_info(), source="report time (the run did not record it)")
-    amp = str(started.get("amp") or config.get("resolved_amp") or config.get("amp") or "off")
+    amp = _run_amp(config, started, steps)
     model_info = (ledger or {}).get("model") or {}
+    model, inp = _model_and_input(config, started, model_info, amp)
     report: dict[str, Any] = {
         "report_version": REPORT_VERSION,
         "run_dir": str(run_dir),
@@ -218,19 +279,11 @@ def _build_report(run_dir: Path) -> dict[str, Any]:
         },
         "software": {k: system.get(k) for k in ("python", "torch", "cuda", "cudnn", "numpy",
                                                "memtop", "os", "source")},
-        "model": {"layers": config["layers"], "dim": config["dim"], "heads": config["heads"],
-                  "vocab": model_info.get("vocab_size") or 256,
-                  "block_size": config.get("block_size"), "attention": config.get("attention"),
-                  "params": started.get("params")},
-        "input": {"batch_size": config["batch_size"], "seq_len": config["seq_len"],
-                  "tokens_per_step": config["batch_size"] * config["seq_len"],
-                  "token_dtype": "int64", "param_dtype": model_info.get("param_dtype") or "float32",
-                  "compute_dtype": {"bf16": "bfloat16 (autocast)",
-                                    "fp16": "float16 (autocast + GradScaler)"}.get(amp,
-                                                                                   "float32")},
+        "model": model,
+        "input": inp,
         "mode": "train",
         "amp": amp,
-        "warmup_steps": config.get("warmup_steps", 0),
+        "warmup_steps": _warmup(config),
         "measurement": {
             "steps": len(steps), "steps_planned": config.get("steps"),
             "sync_rule": SYNC_RULE,

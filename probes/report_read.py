@@ -19,6 +19,18 @@ class ReportError(ValueError):
     """The folder is not a readable run (missing, no metrics, junk, bad config): exit 2."""
 
 
+GPT_SHAPE_KEYS = ("batch_size", "seq_len", "layers", "heads", "dim")
+
+
+def is_gpt_config(config: dict[str, Any]) -> bool:
+    """A run of memtop's own GPT (its shape is in config.json), not a user's own model: a
+    Monitor names the model it watched, and a user's config may well hold a seq_len."""
+    mon = config.get("monitor")
+    if isinstance(mon, dict) and mon.get("model") not in (None, "GPT"):
+        return False
+    return all(key in config for key in ("layers", "heads", "dim"))
+
+
 def read_config(run_dir: Path) -> dict[str, Any]:
     """config.json as a dict whose shape fields are positive integers, or ReportError."""
     path = run_dir / "config.json"
@@ -30,7 +42,9 @@ def read_config(run_dir: Path) -> dict[str, Any]:
         raise ReportError(f"{path} is not valid JSON ({type(exc).__name__})") from None
     if not isinstance(config, dict):
         raise ReportError(f"{path} is not a JSON object")
-    for key in ("batch_size", "seq_len", "layers", "heads", "dim"):
+    # memtop's GPT records its shape; a user's own loop (probes.Monitor) records what it likes,
+    # and the report then says "measured only" where a formula would need the shape.
+    for key in GPT_SHAPE_KEYS if is_gpt_config(config) else ():
         value = config.get(key)
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
             raise ReportError(f"{path}: {key} is {value!r}, not a positive integer")

@@ -76,7 +76,7 @@ def _ledger_sentences(led: dict[str, Any]) -> tuple[list[str], str | None]:
                           "--attention sdpa should remove them (and their T² growth) from the "
                           "peak")
         else:
-            hypothesis = ("activations scale with B×T: halving --batch-size should take about "
+            hypothesis = ("activations scale with B×T: halving the batch size should take about "
                           "half of them off the peak (activation checkpointing trades compute "
                           "for the rest)")
     elif top.get("name") == "optimizer state":
@@ -90,7 +90,7 @@ def _ledger_sentences(led: dict[str, Any]) -> tuple[list[str], str | None]:
 
 def finding(r: dict[str, Any]) -> str:
     """A paragraph generated from the data: status, speed, largest ledger line, hottest op, leaks,
-    and a next hypothesis to test (tutorial §6.3: "finding: bottleneck and next hypothesis")."""
+    and a next hypothesis to test (docs/ARCHITECTURE.md, the method)."""
     res = r["results"]
     out: list[str] = []
     reason = r["status"]["reason"]
@@ -103,11 +103,14 @@ def finding(r: dict[str, Any]) -> str:
                    f"{err.get('message')}.")
     else:
         out.append(f"The run ended ({reason}) after {res['steps_recorded']} steps.")
-    if res["tokens_per_s_p50"] is not None:
-        s = (f"It trained at {format_rate(res['tokens_per_s_p50'])} tokens/s (p50) with step "
+    rate = next(((res[k], unit) for k, unit in (("tokens_per_s_p50", "tokens/s"),
+                                               ("samples_per_s_p50", "samples/s"))
+                 if res.get(k) is not None), None)
+    if rate is not None:
+        s = (f"It trained at {format_rate(rate[0])} {rate[1]} (p50) with step "
              f"times of {_ms(res['step_ms_p50'])} p50 and {_ms(res['step_ms_p95'])} p95")
         s += (f", an MFU of {_pct(res['mfu'])} ({res['mfu_note']})." if res["mfu"] is not None
-              else "; MFU is not computed on this device.")
+              else f"; no MFU ({res['mfu_note']}).")
         out.append(s)
     hypothesis = None
     if r.get("ledger"):
@@ -195,10 +198,8 @@ def render_markdown(r: dict[str, Any]) -> str:
         ["hardware", hardware],
         ["software", f"Python {sw['python']}, torch {sw['torch']}, CUDA {sw['cuda'] or 'none'}"
                      f", cuDNN {sw['cudnn'] or 'none'}, memtop {sw['memtop']}"],
-        ["model", f"GPT: {model['layers']} layers, dim {model['dim']}, {model['heads']} heads, "
-                  f"vocab {model['vocab']}, {model['attention']} attention{params}"],
-        ["input", f"B={inp['batch_size']}, T={inp['seq_len']} ({inp['tokens_per_step']} tokens/"
-                  f"step), {inp['token_dtype']} tokens, {inp['param_dtype']} weights"],
+        ["model", _model_text(model, params)],
+        ["input", _input_text(inp)],
         ["mode", r["mode"]],
         ["amp", f"{r['amp']}: compute in {inp['compute_dtype']}"],
         ["warmup", f"{r['warmup_steps']} steps (peak counters reset after them)"],
@@ -214,6 +215,8 @@ def render_markdown(r: dict[str, Any]) -> str:
         ["final loss", f"{res['final_loss']:.4f}" if res["final_loss"] is not None else None],
         ["mean loss", f"{res['mean_loss']:.4f}" if res["mean_loss"] is not None else None],
         ["tokens/s p50", format_rate(res["tokens_per_s_p50"])],
+        *([["samples/s p50", format_rate(res["samples_per_s_p50"])]]
+          if res.get("samples_per_s_p50") is not None else []),
         ["step time p50", _ms(res["step_ms_p50"])],
         ["step time p95", _ms(res["step_ms_p95"])],
         ["peak allocated", format_bytes(res["peak_allocated_bytes"])],
@@ -227,7 +230,7 @@ def render_markdown(r: dict[str, Any]) -> str:
     md += [table(["metric", "value"], results, right={1}), "",
            (f"Timing statistics over {res['stats_steps']} {res['stats_over']}. "
             if res["stats_steps"] else "No step was recorded to time. ") +
-           f"{res['peaks_note']}. FLOPs/token: {res['flops_formula']}. "
+           f"{res['peaks_note']}. FLOPs/token: {res['flops_formula'] or 'unknown'}. "
            f"MFU: {res['mfu_note']}.", ""]
     led = r.get("ledger")
     md += ["## Memory ledger", ""]
@@ -235,8 +238,10 @@ def render_markdown(r: dict[str, Any]) -> str:
         rows = [[ln.get("name"), format_bytes(ln.get("measured_bytes")),
                  format_bytes(ln.get("predicted_bytes"), na="-"), ln.get("formula")]
                 for ln in led["lines"]]
-        md += [f"Measured at step {led.get('sampled_step')} (B={led.get('batch_size')}, "
-               f"T={led.get('seq_len')}), snapshot at {led.get('snapshot')}; "
+        shape = (f" (B={led.get('batch_size')}, T={led.get('seq_len')})"
+                 if led.get("batch_size") is not None else "")
+        md += [f"Measured at step {led.get('sampled_step')}{shape}, snapshot at "
+               f"{led.get('snapshot')}; "
                f"{led.get('measure_ms')} ms to measure.", "",
                table(["line", "measured", "predicted", "formula"], rows, right={1, 2}), ""]
         md += [f"- **{ln.get('name')}**: {ln['note']}" for ln in led["lines"] if ln.get("note")]
@@ -283,3 +288,21 @@ def render_markdown(r: dict[str, Any]) -> str:
         md += [f"- step {e['step']}: {e['type']}: {e['message']}" for e in r["status"]["errors"]]
         md += [""]
     return "\n".join(md)
+
+
+def _model_text(model: dict[str, Any], params: str) -> str:
+    if model.get("kind", "GPT") == "GPT":
+        return (f"GPT: {model['layers']} layers, dim {model['dim']}, {model['heads']} heads, "
+                f"vocab {model['vocab']}, {model['attention']} attention{params}")
+    return f"{model['kind']} (the training loop's own model){params}"
+
+
+def _input_text(inp: dict[str, Any]) -> str:
+    if "seq_len" in inp:
+        return (f"B={inp['batch_size']}, T={inp['seq_len']} ({inp['tokens_per_step']} tokens/"
+                f"step), {inp['token_dtype']} tokens, {inp['param_dtype']} weights")
+    per_step = [f"{inp[k]} {unit}/step" for k, unit in (("tokens_per_step", "tokens"),
+                                                        ("samples_per_step", "samples"))
+                if inp.get(k)]
+    return (", ".join(per_step) or "not reported by the loop (steps/s shown)") + \
+        f", {inp['param_dtype']} weights"

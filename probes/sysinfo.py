@@ -1,4 +1,5 @@
-"""Hardware and software facts for the report (tutorial §6.3: "why is today's number different?").
+"""Hardware and software facts for the report: why is today's number different?
+(docs/ARCHITECTURE.md, the method).
 
 ``system_info(device)`` runs on the training thread at run start and goes into the run_started
 event, so a report made later, on another machine, still describes the machine that trained.

@@ -48,7 +48,8 @@ def run_cli(*args: str, cwd: Path | None = None, timeout: float = 120,
 
 def in_thread(fn, *args, **kwargs):
     """Run torch work off the main thread: a parallel torch op on the main thread slows every
-    later background trainer in this process ~3× (DESIGN.md), and the suite shares one process."""
+    later background trainer in this process ~3× (docs/ARCHITECTURE.md), and the suite shares
+    one process."""
     import threading
 
     box: dict = {}

@@ -2,8 +2,8 @@
 
 It reads a run source (tui/sources.py): memtop's trainer on a thread of this process, or a run
 folder another process writes (or wrote). A 2 Hz timer polls the source and updates only what
-changed (DESIGN.md: 2 Hz kept ≥ 0.98 of the headless throughput on 2 cores, 10 Hz full redraws
-halved it). The UI never calls torch. Keys and quitting are tui/app_actions.py; running on a
+changed (docs/ARCHITECTURE.md: 2 Hz kept ≥ 0.98 of the headless throughput on 2 cores, 10 Hz full
+redraws halved it). The UI never calls torch. Keys and quitting are tui/app_actions.py; running on a
 real terminal (fd 2, signals, the bounded shutdown) is tui/dashboard_run.py.
 """
 
@@ -50,7 +50,7 @@ from tui.widgets.metric_pane import MetricPane
 from tui.widgets.status_line import StatusLine
 from tui.widgets.top_ops import TopOpsTable
 
-REFRESH_S = 0.5  # 2 Hz: the rate DESIGN.md measured at 0.98 of headless throughput
+REFRESH_S = 0.5  # 2 Hz: the rate docs/ARCHITECTURE.md records at 0.98 of headless throughput
 CHART_EVERY_S = 5.0  # plotext rebuilds cost ~30 ms: rarely
 VIEWS = ("chart", "ops", "ledger")
 
@@ -245,7 +245,7 @@ class MemtopApp(AppActions, App[int]):
 
     def _maybe_freeze_gc(self) -> None:
         """Once the run has started: collect, then freeze, so gen-2 passes stop walking torch's
-        and Textual's ~200k long-lived objects (a ~100 ms GIL hold each, DESIGN.md)."""
+        and Textual's ~200k long-lived objects (a ~100 ms GIL hold each, docs/ARCHITECTURE.md)."""
         if self.freeze_gc and not self._gc_frozen and self.run_state.state != "starting":
             gc.collect()
             gc.freeze()

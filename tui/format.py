@@ -25,7 +25,7 @@ PANE_KINDS: dict[str, str] = {
     "loss": "loss",
 }
 
-# Labels say what the counter really is on each device (DESIGN.md: counters table).
+# Labels say what the counter really is on each device (docs/ARCHITECTURE.md: counters table).
 _CPU_LABELS = {
     "allocated": "heap in use",
     "reserved": "heap held",

@@ -6,7 +6,7 @@ from textual.widgets import Static
 
 
 class MemtopHeader(Static):
-    """A fixed one-line label: updates skip the re-layout (DESIGN.md: layout per update costs)."""
+    """A fixed one-line label: updates skip the re-layout (docs/ARCHITECTURE.md)."""
 
     DEFAULT_CSS = """
     MemtopHeader {

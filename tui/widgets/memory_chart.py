@@ -1,7 +1,7 @@
 """Allocated vs reserved with the peak line over the last steps (the tutorial's figure 3).
 
-plotext costs ~30 ms of CPU per build with a few hundred points (DESIGN.md), so the chart is
-rebuilt only when the app hands it new data (every few seconds) or its size changes, and never
+plotext costs ~30 ms of CPU per build with a few hundred points (docs/ARCHITECTURE.md), so the chart
+is rebuilt only when the app hands it new data (every few seconds) or its size changes, and never
 with more points than it is wide.
 """
 
