@@ -89,6 +89,8 @@ class RunState:
     def _sample(self, s: StepSample) -> None:
         self.step = max(self.step, s.step)
         self.last_sample = s
+        if self.amp in ("", "auto") and s.amp:
+            self.amp = s.amp  # a Monitor with amp="auto" learns it in the first forward pass
         if self.state == "starting":
             self.state = "running"
         if s.profiling and self.window is not None:

@@ -113,7 +113,7 @@ class FolderSource(RunSource):
     """A run folder on disk, followed as long as another process writes it."""
 
     def __init__(self, run_dir: str | os.PathLike[str], keep_last: int = 512,
-                 chart_points: int = 2048) -> None:
+                 chart_points: int = 512) -> None:
         self.run_dir = check_run_folder(run_dir)
         self.config = _read_config(self.run_dir)
         self.keep_last, self.chart_points = keep_last, chart_points
@@ -125,6 +125,8 @@ class FolderSource(RunSource):
         self._history: tuple[list[Record], list[StepSample]] = ([], [])
 
     def start(self) -> None:
+        if self.followers:
+            return  # already read (for_folder reads it to learn the device; on_mount again)
         records: list[Record] = []
         chart: list[StepSample] = []
         for rank, path in metrics_files(self.run_dir).items():
