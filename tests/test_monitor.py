@@ -185,3 +185,38 @@ def test_import_probes_pulls_in_no_textual():
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def _wrapped_runs(tmp_path):
+    import torch.distributed as dist
+
+    x = torch.randn(4, 8)
+    out = {}
+    compiled = torch.compile(nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2)),
+                             backend="eager")  # eager: the wrapper without a C++ toolchain
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0,
+                            world_size=1)
+    try:
+        ddp = nn.parallel.DistributedDataParallel(nn.Linear(8, 2))
+        for name, model in (("compiled", compiled), ("ddp", ddp)):
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            with Monitor(model, opt, run_dir=tmp_path / name, warmup_steps=1,
+                         listen=False) as mon:
+                for _ in range(3):
+                    with mon.step() as step:
+                        loss = model(x).sum()
+                        loss.backward()
+                        opt.step()
+                        opt.zero_grad()
+                        step.set(loss=loss)
+            out[name] = mon
+    finally:
+        dist.destroy_process_group()
+    return out
+
+
+def test_models_wrapped_by_torch_compile_or_ddp(tmp_path):
+    for name, mon in in_thread(_wrapped_runs, tmp_path).items():
+        steps, events = _rows(mon.run_dir)
+        assert [r["micro_batches"] for r in steps] == [1, 1, 1], name  # forward hook fired
+        assert events[-1]["reason"] == "finished", name
