@@ -40,9 +40,10 @@ import torch
 from probes import records as R
 from probes.control import Request, RunControl
 from probes.control_socket import ControlServer
+from probes.cudamem import failure_artifacts, start_history, stop_history
 from probes.errors import MonitorArgumentError, MonitorStateError, NonFiniteError
 from probes.hooks import GPTShape, RunContext, StepHook, StepTensors
-from probes.memory import MemoryProbe
+from probes.memory import MemoryProbe, guard_trip
 from probes.nvml import NvmlPoller
 from probes.recorder import RunRecorder, Sink
 from probes.records import Event, StepSample
@@ -118,7 +119,9 @@ class Monitor:
     kinds this class cannot do itself, with handlers; announced in run_started); ``non_finite``
     ("record": a step whose loss or gradient norm is inf/nan is written as measured; "fail":
     without a GradScaler such a step raises NonFiniteError from its ``with`` block and is
-    recorded as the run's error, not as a sample).
+    recorded as the run's error, not as a sample); ``memory_history`` (CUDA: record
+    allocations with Python stacks for the OOM snapshot; costs µs per allocation, off by
+    default, probes/cudamem.py).
     """
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, *,
@@ -136,7 +139,7 @@ class Monitor:
                  control: RunControl | None = None, recorder: RunRecorder | None = None,
                  extra_hooks: Iterable[StepHook] = (), rank: int | None = None,
                  requests: Mapping[str, Callable[[int], None]] | None = None,
-                 non_finite: str = "record") -> None:
+                 non_finite: str = "record", memory_history: bool = False) -> None:
         device = _check_args(model, optimizer, scaler, tokens_per_step, samples_per_step, amp,
                              warmup_steps, max_steps)
         if non_finite not in ("record", "fail"):
@@ -146,6 +149,7 @@ class Monitor:
         self.model, self.optimizer, self.scaler = model, optimizer, scaler
         self.device = device
         self.tokens_per_step, self.samples_per_step = tokens_per_step, samples_per_step
+        self.memory_history = "off"
         self.warmup_steps, self.max_steps = warmup_steps, max_steps
         self.max_memory_bytes = max_memory_bytes
         self.write_report_at_close = write_report
@@ -158,7 +162,7 @@ class Monitor:
         self._amp = amp or "auto"
         self._request_handlers: dict[str, Callable[[int], None]] = dict(requests or {})
         self._boundary_done = 0  # the step whose boundary work is done
-        self._prev_watched: int | None = None
+        self._prev_watched: dict[str, int | None] | None = None
         self._skipped = 0
         self._scale = _initial_scale(scaler)
         self._micro = 0
@@ -204,11 +208,13 @@ class Monitor:
             self.server.start()
         if warmup_steps == 0:
             self.memory.reset_peak()  # no warmup: the peak starts with the first step
+        self.memory_history = start_history(device, memory_history)
         self.emit(R.RUN_STARTED, 0, {
             "device": str(device), "device_name": name, "device_total_bytes": total,
             "amp": self._amp, "params": sum(p.numel() for p in model.parameters()),
             "counters": self.memory.counter_source,
             "driver_counter": _driver_label(device, self.nvml),
+            "memory_history": self.memory_history,
             "nvml_error": self.nvml.error if self.nvml else None,
             "tokens_per_step": tokens_per_step, "samples_per_step": samples_per_step,
             "flops_per_token": flops_per_token, "pid": os.getpid(),
@@ -283,6 +289,7 @@ class Monitor:
             self.server.close()
         if self.nvml is not None:
             self.nvml.stop()
+        stop_history(self.memory_history)
         self.memory.close()
         self.recorder.close()
         if self.write_report_at_close:
@@ -316,6 +323,7 @@ class Monitor:
     def _step_began(self, scope: StepScope) -> None:
         self._in_step = scope
         self._micro = 0
+        self.memory.begin_step()  # this step's peak starts here (CUDA: no sync)
         self._tracing = self.profiler is not None and self.profiler.tracing
 
     def _step_ended(self, scope: StepScope, t_end: float) -> None:
@@ -333,9 +341,9 @@ class Monitor:
             if self._scale is not None and scale < self._scale:
                 self._skipped += 1  # the scaler backs off exactly when it skipped the step
             self._scale = scale
-        if step == self.warmup_steps:
-            self.memory.reset_peak()  # set-up and first-step allocations leave the peak
         reading = self.memory.read()
+        if step == self.warmup_steps:
+            self.memory.reset_peak()  # set-up and first-step allocations leave the run's peak
         driver = reading.host_rss_bytes
         if self.device.type == "cuda":
             latest = self.nvml.latest if self.nvml is not None else None
@@ -352,7 +360,9 @@ class Monitor:
             grad_norm=grad_norm, profiling=self._tracing,
             leak_active=self.leak_active,
             samples_per_s=samples / step_s if samples else None,
-            micro_batches=self._micro or None, rank=self.rank or 0)
+            micro_batches=self._micro or None, rank=self.rank or 0,
+            step_peak_allocated_bytes=reading.step_peak_allocated_bytes,
+            alloc_retries=reading.alloc_retries, ooms=reading.ooms)
         scope.sample = sample
         self.recorder.publish(sample)
         tensors = StepTensors(loss=v.loss if isinstance(v.loss, torch.Tensor) else None,
@@ -375,7 +385,7 @@ class Monitor:
             "error_type": type(exc).__name__, "message": str(exc),
             "traceback": "".join(traceback.format_exception(type(exc), exc,
                                                             exc.__traceback__))}
-        data.update(_failure_artifacts(self.run_dir, self.device))
+        data.update(failure_artifacts(self.run_dir, self.device, self.memory_history))
         with contextlib.suppress(Exception):
             self.emit(R.ERROR, step, data)
 
@@ -438,21 +448,24 @@ class Monitor:
         threading.Thread(target=write, name="memtop-report", daemon=True).start()
 
     def _guard(self, step: int, reading: Any) -> None:
-        """Stop before the watched counter passes max_memory_bytes at its current growth."""
-        limit = self.max_memory_bytes
-        cuda = self.device.type == "cuda"
-        watched = reading.allocated_bytes if cuda else reading.host_rss_bytes
+        """Stop before a watched counter passes max_memory_bytes at its current growth: on
+        CUDA this step's peak (an OOM happens mid-step) and reserved (the cache must grow to
+        allocate); host RSS on CPU."""
+        if self.device.type == "cuda":
+            watched = {"device step peak": reading.step_peak_allocated_bytes,
+                       "device reserved": reading.reserved_bytes}
+        else:
+            watched = {"host RSS": reading.host_rss_bytes}
         prev, self._prev_watched = self._prev_watched, watched
-        if limit is None or watched is None:
+        trip = guard_trip(watched, prev, self.max_memory_bytes)
+        if trip is None:
             return
-        growth = max(0, watched - prev) if prev is not None else 0
-        if watched + growth > limit:
-            counter = "device allocated" if cuda else "host RSS"
-            self.emit(R.MEMORY_GUARD, step, {"counter": counter, "watched_bytes": watched,
-                                             "limit_bytes": limit,
-                                             "growth_bytes_per_step": growth})
-            self.control.stop(f"memory guard: {counter} at {watched} bytes would pass "
-                              f"--max-memory {limit} bytes next step")
+        counter, value, growth = trip
+        limit = self.max_memory_bytes
+        self.emit(R.MEMORY_GUARD, step, {"counter": counter, "watched_bytes": value,
+                                         "limit_bytes": limit, "growth_bytes_per_step": growth})
+        self.control.stop(f"memory guard: {counter} at {value} bytes would pass "
+                          f"--max-memory {limit} bytes next step")
 
     # the socket's side ------------------------------------------------------------------------
     def _capabilities(self) -> list[str]:
@@ -581,26 +594,6 @@ def _driver_label(device: torch.device, nvml: NvmlPoller | None) -> str:
     if nvml is None or not nvml.available:
         return "n/a (NVML unavailable)"
     return "NVML memory of this process (all processes' when the pid is not visible)"
-
-
-def _failure_artifacts(run_dir: Path, device: torch.device) -> dict[str, str]:
-    """On CUDA, keep what explains a failure: memory_summary text and an allocator snapshot."""
-    out: dict[str, str] = {}
-    if device.type != "cuda" or not torch.cuda.is_available():
-        return out
-    try:
-        summary = run_dir / "cuda_memory_summary.txt"
-        summary.write_text(torch.cuda.memory_summary(device), encoding="utf-8")
-        out["memory_summary"] = summary.name
-    except Exception as err:  # keep going: the error row matters more
-        out["memory_summary_error"] = str(err)
-    try:
-        snapshot = run_dir / "cuda_memory_snapshot.pickle"
-        torch.cuda.memory._dump_snapshot(str(snapshot))
-        out["memory_snapshot"] = snapshot.name
-    except Exception as err:
-        out["memory_snapshot_error"] = str(err)
-    return out
 
 
 _OPEN: weakref.WeakSet[Monitor] = weakref.WeakSet()  # monitors not closed yet

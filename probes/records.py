@@ -44,6 +44,9 @@ class StepSample:
     samples_per_s: float | None = None  # for loops that count samples, not tokens
     micro_batches: int | None = None  # forward passes in this optimizer step (accumulation)
     rank: int = 0  # the process's rank under torchrun; 0 when alone
+    step_peak_allocated_bytes: int | None = None  # this step's high-water mark (CPU: sampled)
+    alloc_retries: int | None = None  # CUDA: cudaMalloc retried after a cache flush, so far
+    ooms: int | None = None  # CUDA: out-of-memory errors the allocator raised, so far
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
