@@ -68,7 +68,8 @@ def test_every_run_ends_with_a_report_consistent_with_metrics(finished_run):
     assert report["warmup_steps"] == TINY["warmup_steps"]
     assert report["complete"] is True and report["incomplete_reasons"] == []
     rule = report["measurement"]["sync_rule"]
-    assert "loss.item()" in rule and "GradScaler.step" in rule  # not "the only host sync"
+    assert "loss, gradient norm and GradScaler scale" in rule and "fused AdamW" in rule
+    assert "GradScaler.step" in rule and ".item()" in rule  # not "the only host sync"
     assert "only" not in rule
     assert report["model"]["vocab"] == 256
 
@@ -245,9 +246,21 @@ def test_mfu_on_a_known_gpu_and_a_failed_run(tmp_path):
 @pytest.mark.parametrize(("name", "figure"), [
     ("NVIDIA H100 80GB HBM3", 989e12), ("NVIDIA H100 PCIe", 756e12), ("NVIDIA H100 NVL", 835e12),
     ("NVIDIA H200", 989e12), ("NVIDIA H200 NVL", 835e12), ("NVIDIA GH200 480GB", 989e12),
-    ("NVIDIA A100-SXM4-80GB", 312e12), ("NVIDIA A10", 125e12), ("NVIDIA L4", 121e12)])
+    ("NVIDIA A100-SXM4-80GB", 312e12), ("NVIDIA A10", 125e12), ("NVIDIA L4", 121e12),
+    ("NVIDIA A100 80GB PCIe", 312e12), ("NVIDIA A800-SXM4-80GB", 312e12), ("NVIDIA H800", 989e12),
+    ("NVIDIA H800 PCIe", 756e12), ("Tesla T4", None), ("NVIDIA L40S", 362e12),
+    ("NVIDIA GeForce RTX 4090", 165e12), ("NVIDIA RTX A1000", None), ("NVIDIA RTX A1000 6GB", None),
+    ("NVIDIA L40", None), ("NVIDIA A10G", None), ("NVIDIA GeForce RTX 4090 D", None)])
 def test_peak_flops_picks_each_gpus_own_figure(name, figure):
     assert peak_flops(name, "bf16")[0] == figure
+
+
+def test_peak_flops_skips_mig_slices():
+    fig, why = peak_flops("NVIDIA A100-SXM4-40GB MIG 1g.5gb", "bf16")
+    assert fig is None and "MIG slice" in why
+    fig, why = peak_flops("NVIDIA H100 80GB HBM3", "fp16", mig=True)
+    assert fig is None and "MIG slice" in why
+    assert peak_flops("Tesla T4", "fp16")[0] == 65e12
 
 
 def _junk_run(tmp_path: Path, started: dict, extra: list, tail: str = "") -> Path:
