@@ -216,6 +216,8 @@ class Monitor:
             "driver_counter": _driver_label(device, self.nvml),
             "memory_history": self.memory_history,
             "nvml_error": self.nvml.error if self.nvml else None,
+            "nvml_match": self.nvml.match if self.nvml else None,
+            "mig": self.nvml.is_mig if self.nvml and self.nvml.available else None,
             "tokens_per_step": tokens_per_step, "samples_per_step": samples_per_step,
             "flops_per_token": flops_per_token, "pid": os.getpid(),
             "world_size": _env_world_size(), "rank": self.rank,
@@ -591,6 +593,8 @@ def _env_world_size() -> int:
 def _driver_label(device: torch.device, nvml: NvmlPoller | None) -> str:
     if device.type != "cuda":
         return "process RSS (/proc/self/statm)"
+    if nvml is not None and nvml.match.startswith("not matched"):
+        return "n/a (NVML device not matched to the CUDA device; no index is guessed)"
     if nvml is None or not nvml.available:
         return "n/a (NVML unavailable)"
     return "NVML memory of this process (all processes' when the pid is not visible)"

@@ -281,6 +281,7 @@ _KINDS = (
               {"device": "str", "device_name": "str", "device_total_bytes": "int", "amp": "str",
                "params": "int", "counters": "str", "driver_counter": "str", "world_size": "int",
                "pid": "int", "tokens_per_step": "int", "samples_per_step": "int",
+               "memory_history": "str", "nvml_match": "str", "mig": "bool",
                "system": {"gpu_name": "str", "gpu_capability": "scalar", "cpu_model": "str",
                           "cpu_count": "int", "ram_bytes": "int",
                           **{k: "scalar" for k in _SOFTWARE}}},
