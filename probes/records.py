@@ -237,7 +237,7 @@ CONTROL = "control"
 
 _OP_FIELDS = {"name": "str", "calls": "int", "self_cpu_us": "num", "cpu_total_us": "num",
               "self_device_us": "num", "device_total_us": "num", "cpu_memory_bytes": "int",
-              "device_memory_bytes": "int"}
+              "device_memory_bytes": "int", "user_annotation": "bool", "on_device": "bool"}
 _SOFTWARE = ("python", "torch", "cuda", "cudnn", "numpy", "memtop", "os", "source")
 _LEAK_FIELDS: dict[str, Any] = {
     "counter": "str", "kind": "str", "bytes_per_step": "num", "growth_bytes_per_step": "num",
@@ -302,7 +302,9 @@ _KINDS = (
     EventKind(PROFILE_ANALYSING, "the window's trace is written; its table is being computed",
               {"dir": "str", "export_s": "num"}, loud=False),
     EventKind(PROFILE_DONE, "a profiler window's top-ops table is ready",
-              {"dir": "str", "sort_by": "str", "analysis_s": "num", "top_ops": [_OP_FIELDS]},
+              {"dir": "str", "sort_by": "str", "analysis_s": "num", "top_ops": [_OP_FIELDS],
+               "phases": [{"name": "str", "calls": "int", "cpu_total_us": "num",
+                           "device_span_us": "num"}]},
               summary=_profile_done),
     EventKind(PROFILE_CANCELLED, "a profiler window ended without a table, and why",
               {"dir": "str", "reason": "str"}, summary=lambda d: str(d.get("reason"))),
