@@ -42,6 +42,7 @@ from probes.control import Request, RunControl
 from probes.control_socket import ControlServer
 from probes.cudamem import failure_artifacts, start_history, stop_history
 from probes.errors import MonitorArgumentError, MonitorStateError, NonFiniteError
+from probes.hints import HintWatch
 from probes.hooks import GPTShape, RunContext, StepHook, StepTensors
 from probes.memory import MemoryProbe, guard_trip
 from probes.nvml import NvmlPoller
@@ -193,6 +194,8 @@ class Monitor:
                                    profile_at=profile_at, profile_memory=profile_memory,
                                    profile_record_shapes=profile_record_shapes,
                                    leak_watch=leak_watch, ledger=ledger, extra=extra_hooks)
+        if not any(isinstance(h, HintWatch) for h in self.hooks):
+            self.hooks.append(HintWatch())  # the tutorial's pitfalls, each said once
         self.profiler = next((h for h in self.hooks if hasattr(h, "open_window")), None)
         self.ctx = RunContext(model, optimizer, scaler, device, self._amp, self.run_dir,
                               self.memory, recorder.publish, recorder.elapsed_s, total,
@@ -330,7 +333,10 @@ class Monitor:
 
     def _step_ended(self, scope: StepScope, t_end: float) -> None:
         step, v = scope.step, scope._values
-        loss, grad_norm, scale = read_step_values(v.loss, v.grad_norm, self._scale_tensor())
+        scale_t = self._scale_tensor()
+        synced = any(isinstance(x, torch.Tensor) and x.device.type != "cpu"
+                     for x in (v.loss, v.grad_norm, scale_t))
+        loss, grad_norm, scale = read_step_values(v.loss, v.grad_norm, scale_t)
         step_s = max(time.perf_counter() - scope._t0, 1e-9)
         if self.non_finite == "fail" and (self.scaler is None or not self.scaler.is_enabled()):
             bad = next(((what, val) for what, val in (("loss", loss), ("gradient norm", grad_norm))
@@ -368,7 +374,7 @@ class Monitor:
         scope.sample = sample
         self.recorder.publish(sample)
         tensors = StepTensors(loss=v.loss if isinstance(v.loss, torch.Tensor) else None,
-                              output=v.output)
+                              output=v.output, synced=synced)
         for hook in self.hooks:
             hook.end_step(step, tensors, sample)
         self.step_count = step

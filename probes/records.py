@@ -234,6 +234,47 @@ MEMORY_GUARD = "memory_guard"
 METRICS_WRITE_FAILED = "metrics_write_failed"
 REPORT_WRITTEN = "report_written"
 CONTROL = "control"
+HINT = "hint"
+
+
+@dataclass(frozen=True)
+class HintKind:
+    """A pitfall from the tutorial (its §7) that memtop can see live; emitted once a run."""
+
+    name: str
+    devices: str  # "any" or "cuda": where it can appear
+    title: str  # what was seen, one line
+    why: str  # why it matters and what to do
+
+
+HINTS: tuple[HintKind, ...] = (
+    HintKind("low_precision_params", "any", "parameters are stored in fp16/bf16",
+             "model.half() makes every op and the optimizer's update low precision (nan "
+             "losses, updates rounded away); keep fp32 parameters and let autocast pick the "
+             "dtype per op"),
+    HintKind("scale_collapse", "any", "the GradScaler's scale fell below 1",
+             "the scale halves on every overflow; below 1 the gradients overflow even "
+             "unscaled, so inf/nan comes from the model or the learning rate, not from fp16's "
+             "range"),
+    HintKind("many_skipped_steps", "any", "over 10% of optimizer steps were skipped",
+             "each skipped step (inf/nan gradients under GradScaler) is a step of data "
+             "trained on nothing; a few at the start are normal, many are not"),
+    HintKind("no_sync_boundary", "cuda", "step time has no sync boundary",
+             "no CUDA tensor was handed to step.set(), so nothing waits for the device and "
+             "step_ms measures kernel launches, not the work; pass loss= (read once, one sync)"),
+    HintKind("amp_without_tensor_cores", "cuda", "this GPU has no tensor cores for the amp "
+             "dtype", "fp16 tensor cores need sm 7.0, bf16 sm 8.0; below that autocast saves "
+             "memory but runs no faster than fp32 (bf16 is emulated)"),
+    HintKind("cache_large", "cuda", "reserved ≫ allocated (a large allocator cache)",
+             "freed blocks stay cached for reuse; varying shapes leave gaps the next request "
+             "cannot use. PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True lets segments grow "
+             "in place; empty_cache() is no fix"),
+    HintKind("alloc_retries", "cuda", "cudaMalloc failed and was retried after a cache flush",
+             "the allocator is at the edge of device memory: each retry synchronises and "
+             "frees the cache (milliseconds); fragmentation or a too large batch. Try "
+             "expandable_segments:True or a smaller batch"),
+)
+HINT_KINDS: dict[str, HintKind] = {h.name: h for h in HINTS}
 
 _OP_FIELDS = {"name": "str", "calls": "int", "self_cpu_us": "num", "cpu_total_us": "num",
               "self_device_us": "num", "device_total_us": "num", "cpu_memory_bytes": "int",
@@ -336,6 +377,9 @@ _KINDS = (
               {"reason": "str"}, summary=lambda d: str(d.get("reason"))),
     EventKind(REPORT_WRITTEN, "report.md / report.json were (re)written", {"path": "str"},
               loud=False),
+    EventKind(HINT, "a pitfall seen live (tutorial §7): what, why, what to do; once a run",
+              {"hint": "str", "title": "str", "why": "str", "detail": "str"},
+              summary=lambda d: f"{d.get('title')}: {d.get('detail') or d.get('why')}"),
     EventKind(CONTROL, "a request from a viewer or the launcher, accepted",
               {"request": "str", "source": "str", "at_step": "int"}, summary=_control),
 )

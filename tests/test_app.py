@@ -103,6 +103,11 @@ async def test_help_screen_opens_and_closes(make_app):
         for words in ("heap in use", "heap held", "RSS", "empty_cache", "nvidia-smi",
                       "sampled"):
             assert words in text, words
+        from probes.records import HINTS
+
+        for hint in HINTS:  # every live hint is listed, the CUDA-only ones marked on CPU
+            assert hint.title in text, hint.name
+        assert "(CUDA only)" in text
         await pilot.press("escape")
         await wait_for(pilot, lambda: not isinstance(app.screen, HelpScreen), "help closed")
 

@@ -348,6 +348,8 @@ class MemtopApp(AppActions, App[int]):
                 f"TRAINING FAILED at step {event.step}: {d.get('error_type', 'Error')}: "
                 f"{d.get('message', '')}\nthe last samples stay on screen; the traceback is in "
                 f"{self.run_dir / 'metrics.jsonl'}; q quits")
+        elif name == R.HINT:  # each kind once a run (probes/hints.py): worth a long toast
+            self.notify(f"{d.get('title')}: {d.get('why')}", title="hint", timeout=10)
         elif name == R.MEMORY_GUARD:
             self.error_banner.show_message(
                 f"memory guard stopped the run at step {event.step}: {d.get('counter')} would "
