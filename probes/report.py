@@ -17,6 +17,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from probes.cudamem import driver_overhead_bytes, fragmentation
 from probes.report_read import (
     LEAK_EVENTS,
     ReportError,
@@ -152,8 +153,10 @@ def _results(config: dict, steps: list[dict], started: dict) -> dict:
         "peak_reserved_bytes": peak(after_reset, "reserved_bytes"),
         "driver_peak_bytes": peak(steps, "driver_used_bytes"),
         "host_rss_peak_bytes": peak(steps, "host_rss_bytes"),
-        "peaks_note": ("Peak allocated since the reset after warmup (CPU: max of sampled "
-                       "heap readings); reserved and driver: max of step-end samples"),
+        "peaks_note": ("Peak allocated: max of the per-step high-water marks since warmup "
+                       "(CPU: max of sampled heap readings); reserved and driver: max of "
+                       "step-end samples"),
+        **_allocator(last, str(started.get("device") or "")),
         "skipped_steps": last.get("skipped_steps") if is_int(last.get("skipped_steps")) else 0,
         "wall_s": finite_num(last.get("time_s")),
         "tokens_trained": len(steps) * config["batch_size"] * config["seq_len"],
@@ -164,6 +167,25 @@ def _results(config: dict, steps: list[dict], started: dict) -> dict:
         "mfu": mfu,
         "mfu_note": why,
     }
+
+
+def _allocator(last: dict[str, Any], device: str) -> dict[str, Any]:
+    """CUDA: the cache's free bytes, cudaMalloc retries, OOMs and NVML − reserved at the last
+    step (probes/cudamem.py); None on CPU, where these figures do not exist."""
+    if not str(last.get("device") or device).startswith("cuda"):
+        return {"cache_free_bytes": None, "alloc_retries": None, "ooms": None,
+                "driver_minus_reserved_bytes": None}
+    ints = {k: last.get(k) if is_int(last.get(k)) else None for k in (
+        "allocated_bytes", "reserved_bytes", "driver_used_bytes", "alloc_retries", "ooms")}
+    frag = fragmentation(ints["allocated_bytes"], ints["reserved_bytes"],
+                         alloc_retries=ints["alloc_retries"], ooms=ints["ooms"])
+    return {"cache_free_bytes": frag.cached_free_bytes if frag else None,
+            "alloc_retries": ints["alloc_retries"], "ooms": ints["ooms"],
+            "allocator_hint": frag.hint if frag else None,
+            "driver_minus_reserved_bytes": driver_overhead_bytes(ints["driver_used_bytes"],
+                                                                 ints["reserved_bytes"]),
+            "driver_minus_reserved_note": "CUDA context, library workspaces (cuBLAS, cuDNN, "
+                                          "NCCL) and memory allocated outside PyTorch"}
 
 
 def build_report(run_dir: str | os.PathLike[str]) -> dict[str, Any]:

@@ -7,6 +7,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import signal
 import statistics
 import subprocess
@@ -223,7 +224,8 @@ def test_mfu_on_a_known_gpu_and_a_failed_run(tmp_path):
         rows.append({"step": step, "time_s": step * 0.01, "loss": 5.0 - step / 10,
                      "tokens_per_s": 1000.0 * step, "step_ms": 10.0 - step, "profiling": False,
                      "peak_allocated_bytes": 1000 + step, "reserved_bytes": 4096,
-                     "driver_used_bytes": 8192, "skipped_steps": max(0, step - 4)})
+                     "driver_used_bytes": 8192, "skipped_steps": max(0, step - 4),
+                     "allocated_bytes": 1000, "alloc_retries": 1, "ooms": 0})
     rows.append({"event": "error", "step": 6, "time_s": 0.07, "error_type": "OutOfMemoryError",
                  "message": "CUDA out of memory"})
     rows.append({"event": "run_finished", "step": 6, "time_s": 0.08, "reason": "failed"})
@@ -231,6 +233,9 @@ def test_mfu_on_a_known_gpu_and_a_failed_run(tmp_path):
     report = build_report(run_dir)
     res = report["results"]
     assert res["tokens_per_s_p50"] == 4500.0  # steps 3..6 after warmup 2
+    assert (res["cache_free_bytes"], res["alloc_retries"], res["ooms"]) == (3096, 1, 0)
+    assert res["driver_minus_reserved_bytes"] == 8192 - 4096
+    assert "retried" in res["allocator_hint"]
     flops = 6 * (params - TINY["block_size"] * TINY["dim"]) + \
         12 * TINY["layers"] * TINY["dim"] * TINY["seq_len"]
     assert res["device_peak_flops_per_s"] == 989e12
@@ -240,7 +245,8 @@ def test_mfu_on_a_known_gpu_and_a_failed_run(tmp_path):
     assert "OutOfMemoryError" in report["finding"] and "skipped" in report["finding"]
     assert report["software"]["source"].startswith("report time")
     write_report(run_dir)
-    assert "## Errors" in (run_dir / "report.md").read_text()
+    md = (run_dir / "report.md").read_text()
+    assert "## Errors" in md and re.search(r"\| cudaMalloc retries \/ OOMs +\| +1 \/ 0 \|", md)
 
 
 @pytest.mark.parametrize(("name", "figure"), [
