@@ -29,6 +29,7 @@ from probes.runstate import RunState
 from tui.app_actions import AppActions
 from tui.format import (
     PANE_KINDS,
+    cuda_notes,
     fit,
     header_text,
     leak_demo_text,
@@ -233,6 +234,8 @@ class MemtopApp(AppActions, App[int]):
         self.last_sample = last
         if last.scale is not None:
             self.panes["scale"].set_note(f"skipped steps {last.skipped_steps}")
+        for pane_id, note in cuda_notes(last).items():  # None on CPU: the range line stays
+            self.panes[pane_id].set_note(note)
         label = throughput_label(last)
         if label != self.panes["tokens"].label:
             self.panes["tokens"].relabel(label, label)
