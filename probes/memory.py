@@ -122,15 +122,16 @@ class MemoryProbe:
 
     def begin_step(self) -> None:
         """Start this step's peak: the allocator's high-water mark on CUDA (host bookkeeping,
-        no sync), the current heap reading on CPU."""
+        no sync; note it resets *all* of torch's peak stats, which a loop reading
+        max_memory_allocated itself would see). On CPU no read: in a live run a mallinfo2
+        walk costs ~100 µs (README), so the step's peak is its mid-step and end readings."""
         if self.is_cuda:
             try:
                 torch.cuda.reset_peak_memory_stats(self.device)
             except (RuntimeError, AssertionError):
                 pass
             return
-        heap = heap_counters()
-        self._step_peak = heap[0] if heap else None
+        self._step_peak = None
 
     def observe_peak(self) -> None:
         """CPU only: fold one extra heap reading (~1 µs) into the sampled peak, mid-step."""
