@@ -138,13 +138,14 @@ class Result:
 
 def train(ctx: Ctx, name: str, cfg: TrainConfig, sinks: list | None = None,
           hooks: list[StepHook] | None = None, timeout_s: float = 90.0,
-          on_start: Any = None, own_hooks: list[StepHook] | None = None) -> tuple[Trainer, list]:
+          on_start: Any = None, own_hooks: list[StepHook] | None = None,
+          control: RunControl | None = None) -> tuple[Trainer, list]:
     """memtop's Trainer with its own instruments (+ ours) on its thread; returns every record.
     ``on_start.trainer`` is set to the trainer before it starts."""
     root = ctx.out / "runs" / name
     run_dir = create_run_dir(root)
     records: list = []
-    trainer = Trainer(cfg, run_dir, RunControl(), sinks=[*(sinks or []), records.append],
+    trainer = Trainer(cfg, run_dir, control or RunControl(), sinks=[*(sinks or []), records.append],
                       hooks=(own_hooks if own_hooks is not None else build_hooks(cfg))
                       + list(hooks or []))
     if on_start is not None:
@@ -686,7 +687,9 @@ CLAIMS: dict[str, list[tuple[str, str]]] = {
     "report_ledger": [
         ("report_written", "report.md/json are written for a CUDA run"),
         ("ledger_on_cuda", "the ledger measures on the CUDA device"),
-        ("mfu_or_reason", "MFU is computed for a known GPU, or the report says why not")],
+        ("mfu_or_reason", "MFU is computed for a known GPU, or the report says why not"),
+        ("snapshot_request", "a memory_snapshot request (the m key) writes a state-only "
+         "snapshot into the run folder at the step asked for")],
     "cuda_n": [
         ("cuda_n_no_context_on_0", "--device cuda:N creates no CUDA context on cuda:0"),
         ("cuda_n_nvml_by_uuid", "NVML is matched to cuda:N by UUID")],

@@ -256,10 +256,14 @@ def check_report_ledger(ctx: Any, r: Any) -> None:
     """report.json and the ledger on a CUDA run: MFU for a known GPU, the ledger's device
     figures, the fragmentation counters read back."""
     train, events_of = _gc().train, _gc().events_of
+    from probes.control import Request, RunControl
     from probes.report import write_report
 
     cfg = ctx.config(steps=25)
-    trainer, records = train(ctx, "report_ledger", cfg)
+    control = RunControl()
+    control.submit(Request("memory_snapshot", at_step=12, source="gpu_check"))
+    trainer, records = train(ctx, "report_ledger", cfg, control=control)
+    snaps = events_of(records, "memory_snapshot")
     path = write_report(trainer.run_dir)
     report = json.loads(path.with_suffix(".json").read_text())
     res = report.get("results", {})
@@ -268,7 +272,7 @@ def check_report_ledger(ctx: Any, r: Any) -> None:
                      ledger_events=len(ledger),
                      ledger_counter=ledger[-1].data.get("counter") if ledger else None)
     if not ctx.is_cuda:  # the smoke run exercises the code; the claims are about CUDA
-        for key in ("report_written", "ledger_on_cuda", "mfu_or_reason"):
+        for key in ("report_written", "ledger_on_cuda", "mfu_or_reason", "snapshot_request"):
             r.claim(key, None, "CPU smoke run")
     else:
         device = str(ledger[-1].data.get("device", "")) if ledger else ""
@@ -277,6 +281,10 @@ def check_report_ledger(ctx: Any, r: Any) -> None:
                 f"on {device or 'no device'}")
         r.claim("mfu_or_reason", res.get("mfu") is not None or bool(res.get("mfu_note")),
                 f"mfu {res.get('mfu')}: {res.get('mfu_note')}")
+        snap = snaps[0].data if snaps else {}
+        r.claim("snapshot_request", bool(snap.get("path")) and (trainer.run_dir / str(
+            snap.get("path"))).is_file() and snap.get("kind") == "state only"
+            and snaps[0].step == 11, f"{len(snaps)} events: {snap}")
     r.summary = f"report.md written; mfu {res.get('mfu')}; {len(ledger)} ledger events"
 
 

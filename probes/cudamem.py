@@ -16,6 +16,7 @@ and blocks alive at that moment, with no stacks).
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -158,6 +159,29 @@ def stop_history(state: str) -> None:
         torch.cuda.memory._record_memory_history(enabled=None)
     except Exception:
         pass
+
+
+def dump_snapshot(run_dir: Path, device: Any, step: int, history: str = "off") -> dict[str, Any]:
+    """A snapshot for pytorch.org/memory_viz into the run folder, asked for at a step boundary
+    (the `m` key): written to a temporary name and renamed, so a reader never sees half a file.
+    Runs on the training thread; state only (fast) unless allocation history is on."""
+    if getattr(device, "type", None) != "cuda":
+        return {"error": "memory snapshots exist only for CUDA devices"}
+    import torch
+
+    path = Path(run_dir) / f"cuda_memory_snapshot-step{step:06d}.pickle"
+    tmp = path.with_name(path.name + ".tmp")
+    t0 = time.perf_counter()
+    try:
+        torch.cuda.memory._dump_snapshot(str(tmp))
+        tmp.replace(path)
+    except Exception as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    return {"path": path.name, "dump_s": round(time.perf_counter() - t0, 3),
+            "bytes": path.stat().st_size,
+            "kind": "state only" if history.startswith("off") else f"with history ({history})"}
 
 
 def failure_artifacts(run_dir: Path, device: Any, history: str = "off") -> dict[str, Any]:

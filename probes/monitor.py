@@ -40,7 +40,7 @@ import torch
 from probes import records as R
 from probes.control import Request, RunControl
 from probes.control_socket import ControlServer
-from probes.cudamem import failure_artifacts, start_history, stop_history
+from probes.cudamem import dump_snapshot, failure_artifacts, start_history, stop_history
 from probes.errors import MonitorArgumentError, MonitorStateError, NonFiniteError
 from probes.hints import HintWatch
 from probes.hooks import GPTShape, RunContext, StepHook, StepTensors
@@ -436,6 +436,9 @@ class Monitor:
             self.control.stop(req.reason or f"stopped by {req.source}")
         elif req.kind == "report":
             self._write_report_async(step)
+        elif req.kind == "memory_snapshot":
+            self.emit(R.MEMORY_SNAPSHOT, step - 1,
+                      dump_snapshot(self.run_dir, self.device, step - 1, self.memory_history))
         elif req.kind in self._request_handlers:
             self._request_handlers[req.kind](step)
 
@@ -478,6 +481,8 @@ class Monitor:
     # the socket's side ------------------------------------------------------------------------
     def _capabilities(self) -> list[str]:
         caps = ["pause", "resume", "stop", "report"]
+        if self.device.type == "cuda":
+            caps.append("memory_snapshot")
         if self.profiler is not None:
             caps += ["profile", "profile_cancel"]
         return caps + sorted(self._request_handlers)

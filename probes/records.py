@@ -235,6 +235,7 @@ METRICS_WRITE_FAILED = "metrics_write_failed"
 REPORT_WRITTEN = "report_written"
 CONTROL = "control"
 HINT = "hint"
+MEMORY_SNAPSHOT = "memory_snapshot"
 
 
 @dataclass(frozen=True)
@@ -380,6 +381,10 @@ _KINDS = (
     EventKind(HINT, "a pitfall seen live (tutorial §7): what, why, what to do; once a run",
               {"hint": "str", "title": "str", "why": "str", "detail": "str"},
               summary=lambda d: f"{d.get('title')}: {d.get('detail') or d.get('why')}"),
+    EventKind(MEMORY_SNAPSHOT, "a CUDA memory snapshot for pytorch.org/memory_viz (the m key)",
+              {"path": "str", "dump_s": "num", "bytes": "int", "kind": "str", "error": "str"},
+              summary=lambda d: str(d.get("error") or f"{d.get('path')} ({d.get('kind')}, "
+                                                        f"{d.get('dump_s')} s)")),
     EventKind(CONTROL, "a request from a viewer or the launcher, accepted",
               {"request": "str", "source": "str", "at_step": "int"}, summary=_control),
 )

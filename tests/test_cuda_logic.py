@@ -166,3 +166,33 @@ def test_fused_adamw_skips_inf_steps_inside_its_kernel():
     (same0, s0), (same1, s1), (same2, s2) = in_thread(run)
     assert not same0 and same1 and not same2
     assert s1 == s0 / 2  # backed off on the skipped step
+
+
+def test_snapshot_request_on_cpu_is_answered_not_crashed(tmp_path):
+    from probes.control import Request
+    from probes.cudamem import dump_snapshot
+    from probes.monitor import Monitor
+
+    assert "CUDA" in dump_snapshot(tmp_path, torch.device("cpu"), 3)["error"]
+
+    def run():
+        model = torch.nn.Linear(4, 4)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        with Monitor(model, opt, run_dir=tmp_path, listen=False, profiler=False,
+                     leak_watch=False, ledger=False, write_report=False) as mon:
+            assert "memory_snapshot" not in mon._capabilities()
+            for i in range(3):
+                if i == 1:
+                    mon.control.submit(Request("memory_snapshot"))
+                with mon.step() as s:
+                    loss = model(torch.ones(2, 4)).sum()
+                    loss.backward()
+                    opt.step()
+                    s.set(loss=loss)
+            return mon.run_dir
+
+    run_dir = in_thread(run)
+    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    snap = [r for r in rows if r.get("event") == "memory_snapshot"]
+    assert len(snap) == 1 and "only for CUDA" in snap[0]["error"]
+    assert not list(run_dir.glob("cuda_memory_snapshot*"))

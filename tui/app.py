@@ -74,6 +74,7 @@ class MemtopApp(AppActions, App[int]):
         Binding("o", "sort", "sort"),
         Binding("v", "view", "view"),
         Binding("x", "stop_run", "stop run", show=False),
+        Binding("m", "snapshot", "snapshot", show=False),
         Binding("question_mark", "help", "help"),
         Binding("q", "request_quit", "quit"),
         Binding("ctrl+q", "request_quit", "quit", show=False, priority=True),
@@ -351,6 +352,9 @@ class MemtopApp(AppActions, App[int]):
                 f"TRAINING FAILED at step {event.step}: {d.get('error_type', 'Error')}: "
                 f"{d.get('message', '')}\nthe last samples stay on screen; the traceback is in "
                 f"{self.run_dir / 'metrics.jsonl'}; q quits")
+        elif name == R.MEMORY_SNAPSHOT:
+            self.notify(f"memory snapshot: {event.summary()}", timeout=6,
+                        severity="error" if d.get("error") else "information")
         elif name == R.HINT:  # each kind once a run (probes/hints.py): worth a long toast
             self.notify(f"{d.get('title')}: {d.get('why')}", title="hint", timeout=10)
         elif name == R.MEMORY_GUARD:

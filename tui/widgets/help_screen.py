@@ -18,6 +18,8 @@ KEYS = (
     ("space", "pause / resume at the next step boundary"),
     ("r", "write report.md + report.json now"),
     ("s", "save an SVG screenshot into the run folder"),
+    ("m", "CUDA: memory snapshot into the run folder for pytorch.org/memory_viz (state only "
+          "unless --memory-history)"),
     ("o", "change the top-ops sort column"),
     ("v", "chart / top ops / ledger (terminals under 100 columns)"),
     ("?", "this help (esc closes)"),
