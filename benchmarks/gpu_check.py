@@ -241,9 +241,9 @@ class GroundTruth(StepHook):
             # an independent NVML read and nvidia-smi right after, while reserved is steady
             mon = self.trainer.monitor if self.trainer is not None else None
             poller = mon.nvml if mon is not None else None
-            now = poller.read_once() if poller is not None else None
+            reading = poller.read_once() if poller is not None else None
             self.nvml_rows.append({"step": record.step, "reserved": record.reserved_bytes,
-                                   "memtop_driver": now.driver_bytes if now else None,
+                                   "memtop_driver": reading.driver_bytes if reading else None,
                                    "memtop_cached": record.driver_used_bytes,
                                    "nvml_match": poller.match if poller else None,
                                    **nvml_truth(self.ctx.device)})
