@@ -30,6 +30,17 @@ CUDA-only parts "skip"):
   overhead         benchmarks/overhead.py's plain loop vs headless memtop, 3 interleaved pairs.
   dashboard_svg    MemtopApp (App.run_test, 120x40) over a real CUDA trainer: panes filled,
                    dashboard.svg saved; then p and, when the table arrives, profiler.svg.
+  (issue 12, benchmarks/gpu_check_cuda.py)
+  sample_cost      MemoryProbe.begin_step + read (one nested stats dict) vs the three getters.
+  sync_count       set_sync_debug_mode("warn") per step: memtop fp16 + fused AdamW vs plain loops
+                   (fused / non-fused) as calibration; step_ms against CUDA events.
+  oom_capture      an OOM on purpose (allocator capped at 2 GiB), without and with
+                   --memory-history: memory_summary, snapshot, dump time, trace entries.
+  report_ledger    report.json (MFU or why not) and ledger events on CUDA.
+  cuda_n           --device cuda:N in a fresh process: no context on cuda:0, NVML by UUID
+                   (NOT RUN with one GPU).
+summary.md ends with every claim of issue 12 as PASS / FAIL / NOT RUN. --dry-run runs no check
+and writes that table with every claim NOT RUN (tests/test_gpu_check.py runs it on CPU).
 """
 
 from __future__ import annotations
@@ -53,14 +64,16 @@ from typing import Any
 os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
 os.environ.setdefault("KINETO_LOG_LEVEL", "5")
 
+import gpu_check_cuda as G  # noqa: E402
 import torch  # noqa: E402
 from common import in_thread, median  # noqa: E402  (puts the repo root on sys.path)
 
 from probes.control import RunControl  # noqa: E402
+from probes.cudamem import driver_overhead_bytes  # noqa: E402
 from probes.hooks import StepHook  # noqa: E402
 from probes.records import Event, StepSample  # noqa: E402
 from probes.runfolder import create_run_dir  # noqa: E402
-from trainer.config import TrainConfig  # noqa: E402
+from trainer.config import TrainConfig, bf16_problem  # noqa: E402
 from trainer.instruments import build_hooks  # noqa: E402
 from trainer.loop import Trainer  # noqa: E402
 
@@ -98,6 +111,15 @@ class Result:
     skipped: list[str] = dataclasses.field(default_factory=list)
     warnings: list[str] = dataclasses.field(default_factory=list)
     seconds: float = 0.0
+    claims: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)
+
+    def claim(self, key: str, ok: bool | None, detail: str = "") -> bool | None:
+        """One of CLAIMS[self.name] measured: PASS, FAIL, or (None) NOT RUN with why."""
+        status = "NOT RUN" if ok is None else ("PASS" if ok else "FAIL")
+        self.claims[key] = {"status": status, "detail": detail}
+        if ok is False:
+            self.problems.append(f"{key}: {detail}")
+        return ok
 
     def expect(self, ok: bool, what: str) -> bool:
         if not ok:
@@ -115,13 +137,19 @@ class Result:
 # ---- running memtop's trainer -------------------------------------------------------------------
 
 def train(ctx: Ctx, name: str, cfg: TrainConfig, sinks: list | None = None,
-          hooks: list[StepHook] | None = None, timeout_s: float = 90.0) -> tuple[Trainer, list]:
-    """memtop's Trainer with its own instruments (+ ours) on its thread; returns every record."""
+          hooks: list[StepHook] | None = None, timeout_s: float = 90.0,
+          on_start: Any = None, own_hooks: list[StepHook] | None = None,
+          control: RunControl | None = None) -> tuple[Trainer, list]:
+    """memtop's Trainer with its own instruments (+ ours) on its thread; returns every record.
+    ``on_start.trainer`` is set to the trainer before it starts."""
     root = ctx.out / "runs" / name
     run_dir = create_run_dir(root)
     records: list = []
-    trainer = Trainer(cfg, run_dir, RunControl(), sinks=[*(sinks or []), records.append],
-                      hooks=build_hooks(cfg) + list(hooks or []))
+    trainer = Trainer(cfg, run_dir, control or RunControl(), sinks=[*(sinks or []), records.append],
+                      hooks=(own_hooks if own_hooks is not None else build_hooks(cfg))
+                      + list(hooks or []))
+    if on_start is not None:
+        on_start.trainer = trainer
     trainer.start()
     if not trainer.join(min(timeout_s, max(5.0, ctx.left_s()))):
         trainer.control.stop("gpu_check: time limit")
@@ -178,6 +206,7 @@ class GroundTruth(StepHook):
         self.nvml_rows: list[dict[str, Any]] = []
         self._watch: torch.Tensor | None = None
         self._param: torch.Tensor | None = None
+        self.trainer: Any = None  # set by train(on_start=...): its Monitor holds the poller
 
     def setup(self, ctx) -> None:
         super().setup(ctx)
@@ -190,12 +219,15 @@ class GroundTruth(StepHook):
             return
         row: dict[str, Any] = {"step": record.step}
         if self.is_cuda:
-            stats = torch.cuda.memory_stats(self.ctx.device)
+            stats = torch.cuda.memory_stats(self.ctx.device)  # the flat dict, as users read it
             row.update(truth_allocated=stats.get("allocated_bytes.all.current"),
                        truth_reserved=stats.get("reserved_bytes.all.current"),
-                       truth_peak=stats.get("allocated_bytes.all.peak"))
+                       truth_step_peak=stats.get("allocated_bytes.all.peak"),
+                       truth_alloc_retries=stats.get("num_alloc_retries"),
+                       truth_ooms=stats.get("num_ooms"))
         row.update(allocated=record.allocated_bytes, reserved=record.reserved_bytes,
-                   peak=record.peak_allocated_bytes, scale=record.scale,
+                   peak=record.peak_allocated_bytes, step_peak=record.step_peak_allocated_bytes,
+                   alloc_retries=record.alloc_retries, ooms=record.ooms, scale=record.scale,
                    skipped_steps=record.skipped_steps, driver=record.driver_used_bytes)
         scaler = self.ctx.scaler
         row["truth_scale"] = scaler.get_scale() if scaler is not None else None
@@ -203,15 +235,26 @@ class GroundTruth(StepHook):
         row["truth_skipped"] = bool(torch.equal(now, self._watch))  # weights untouched
         self._watch = now.clone()
         self.rows.append(row)
-        if self.is_cuda and record.step in self.nvml_steps:
-            self.nvml_rows.append({"step": record.step, "memtop_driver": record.driver_used_bytes,
-                                   "reserved": record.reserved_bytes,
+        steady = len(self.rows) > 1 and self.rows[-2]["reserved"] == record.reserved_bytes
+        if self.is_cuda and record.step in self.nvml_steps and steady:
+            # memtop's poller read now (its cached value may predate the cache's growth), and
+            # an independent NVML read and nvidia-smi right after, while reserved is steady
+            mon = self.trainer.monitor if self.trainer is not None else None
+            poller = mon.nvml if mon is not None else None
+            reading = poller.read_once() if poller is not None else None
+            self.nvml_rows.append({"step": record.step, "reserved": record.reserved_bytes,
+                                   "memtop_driver": reading.driver_bytes if reading else None,
+                                   "memtop_cached": record.driver_used_bytes,
+                                   "nvml_match": poller.match if poller else None,
                                    **nvml_truth(self.ctx.device)})
 
 
 def nvml_truth(device: torch.device) -> dict[str, Any]:
     """This process's GPU memory from a fresh NVML read and from nvidia-smi, now. The NVML
-    handle is found by UUID (CUDA and NVML may number GPUs differently), else by index."""
+    handle is found by the device's own UUID (GPU- or MIG-); never by an index, which CUDA and
+    NVML number differently (CUDA_VISIBLE_DEVICES, device order)."""
+    from probes.nvml import candidate_uuids
+
     pid = os.getpid()
     out: dict[str, Any] = {"nvml_fresh": None, "smi_mib": None, "smi_pids": None}
     try:
@@ -220,12 +263,15 @@ def nvml_truth(device: torch.device) -> dict[str, Any]:
         pynvml.nvmlInit()
         try:
             idx = device.index if device.index is not None else torch.cuda.current_device()
-            try:
-                uuid = str(torch.cuda.get_device_properties(idx).uuid)
-                handle = pynvml.nvmlDeviceGetHandleByUUID(
-                    uuid if uuid.startswith("GPU-") else f"GPU-{uuid}")
-            except Exception:
-                handle = pynvml.nvmlDeviceGetHandleByIndex(idx)
+            uuid = str(torch.cuda.get_device_properties(idx).uuid)
+            handle = None
+            for text in candidate_uuids(uuid):
+                with contextlib.suppress(Exception):
+                    handle = pynvml.nvmlDeviceGetHandleByUUID(text)
+                    out["nvml_uuid"] = text
+                    break
+            if handle is None:
+                raise LookupError(f"no NVML device with UUID {uuid}")
             for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
                 if proc.pid == pid and proc.usedGpuMemory is not None:
                     out["nvml_fresh"] = int(proc.usedGpuMemory)
@@ -271,7 +317,10 @@ def check_environment(ctx: Ctx, r: Result) -> None:
         dev = torch.device(ctx.device)
         props = torch.cuda.get_device_properties(dev)
         env.update(gpu=props.name, capability=f"{props.major}.{props.minor}",
-                   gpu_total_bytes=props.total_memory, bf16=torch.cuda.is_bf16_supported())
+                   gpu_total_bytes=props.total_memory,
+                   bf16=bf16_problem((props.major, props.minor), props.name) is None,
+                   device_count=torch.cuda.device_count(),
+                   cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"))
         smi = shutil.which("nvidia-smi")
         if smi:
             res = subprocess.run([smi, "--query-gpu=index,name,driver_version,memory.total,"
@@ -292,26 +341,33 @@ def check_environment(ctx: Ctx, r: Result) -> None:
 
 
 def _probe_check(ctx: Ctx, r: Result, amp: str) -> None:
-    if ctx.is_cuda and amp == "bf16" and not torch.cuda.is_bf16_supported():
-        r.status, r.summary = "skip", "bf16 not supported on this GPU"
-        return
+    if ctx.is_cuda and amp == "bf16":
+        props = torch.cuda.get_device_properties(torch.device(ctx.device))
+        why = bf16_problem((props.major, props.minor), props.name)
+        if why:
+            r.status, r.summary = "skip", why
+            return
     steps = 40
     inject = {15, 25} if amp == "fp16" else set()
     gt = GroundTruth(ctx.is_cuda, nvml_steps={30, 34, 38})
     cfg = ctx.config(amp=amp, steps=steps)
     trainer, records = train(ctx, f"probes_{amp}", cfg, sinks=[gt.sink],
-                             hooks=[gt, InfGrad(inject)])
+                             hooks=[gt, InfGrad(inject)], on_start=gt)
     rows = gt.rows
     r.expect(trainer.exit_code == 0, f"trainer exit code {trainer.exit_code}: "
              f"{trainer.status.error}")
     r.expect(len(rows) == steps, f"{len(rows)} step samples, expected {steps}")
     if ctx.is_cuda:
         mism = {k: [row["step"] for row in rows if row[k] != row[f"truth_{k}"]]
-                for k in ("allocated", "reserved", "peak")}
-        for k, bad in mism.items():
-            r.expect(not bad, f"{k} differs from memory_stats at steps {bad[:8]}")
+                for k in ("allocated", "reserved", "step_peak", "alloc_retries", "ooms")}
+        r.claim("counters_equal_memory_stats", not any(mism.values()), "; ".join(
+            f"{k}: {len(rows) - len(v)}/{len(rows)} steps" for k, v in mism.items()))
         r.figures["counters_equal_memory_stats"] = {
             k: f"{len(rows) - len(v)}/{len(rows)} steps" for k, v in mism.items()}
+        after = [row for row in rows if row["step"] > cfg.warmup_steps]
+        run_peak = max((row["step_peak"] for row in after), default=None)
+        r.claim("run_peak_is_max_of_step_peaks", not after or after[-1]["peak"] == run_peak,
+                f"run peak {after[-1]['peak'] if after else None} vs max step peak {run_peak}")
         last = rows[-1]
         r.figures["last_step_bytes"] = {k: last[k] for k in ("allocated", "reserved", "peak")}
     else:
@@ -339,6 +395,8 @@ def _probe_check(ctx: Ctx, r: Result, amp: str) -> None:
         r.figures["scale"] = "None on every step (no scaler)"
     if ctx.is_cuda:
         _nvml_part(r, gt.nvml_rows)
+        r.claim("nvml_matches_fresh_read", not any("NVML" in p for p in r.problems)
+                and bool(gt.nvml_rows), r.figures.get("nvml", "no rows"))
     else:
         r.skipped.append("NVML vs nvidia-smi (CUDA only)")
     r.summary = f"{len(rows)} steps; " + "; ".join(
@@ -369,7 +427,9 @@ def _nvml_part(r: Result, rows: list[dict[str, Any]]) -> None:
             r.expect(abs(fresh / MIB - smi) <= 1.0,
                      f"step {row['step']}: NVML {fresh / MIB:.1f} MiB vs nvidia-smi {smi} MiB")
             notes.append(f"step {row['step']}: memtop {memtop / MIB:.0f} MiB, NVML "
-                         f"{fresh / MIB:.0f} MiB, nvidia-smi {smi} MiB")
+                         f"{fresh / MIB:.0f} MiB, nvidia-smi {smi} MiB; NVML − reserved "
+                         f"(context + non-PyTorch) "
+                         f"{driver_overhead_bytes(memtop, row['reserved']) / MIB:.0f} MiB")
         elif smi is None:
             r.warnings.append(f"step {row['step']}: nvidia-smi lists no process with this pid "
                               f"({row.get('smi_error') or row.get('smi_pids')})")
@@ -386,7 +446,10 @@ def check_probes_bf16(ctx: Ctx, r: Result) -> None:
 
 def check_profiler_window(ctx: Ctx, r: Result) -> None:
     cfg = ctx.config(steps=22, profile_at=[8])
-    trainer, records = train(ctx, "profiler_window", cfg, timeout_s=150)
+    hooks = build_hooks(cfg)
+    window = next(h for h in hooks if hasattr(h, "open_window"))
+    window.keep_profiler = True  # torch's own key_averages() of the same window, to compare
+    trainer, records = train(ctx, "profiler_window", cfg, timeout_s=150, own_hooks=hooks)
     done = events_of(records, "profile_done")
     if not r.expect(len(done) == 1, f"profile_done events: {len(done)}; cancelled: "
                     f"{[e.data.get('reason') for e in events_of(records, 'profile_cancelled')]}"):
@@ -414,11 +477,38 @@ def check_profiler_window(ctx: Ctx, r: Result) -> None:
         r.expect(cats.get("kernel", 0) > 0, f"no kernel events in trace.json ({cats})")
         r.expect(d.get("sort_by") == "device", f"sorted by {d.get('sort_by')}, not device")
         r.figures.update(self_device_ms_total=dev_total / 1000, kernel_events=cats.get("kernel"))
+        _compare_key_averages(r, out_dir / d.get("trace", "trace.json"), window, rows)
         r.summary = (f"{len(rows)} rows, device time {dev_total / 1000:.1f} ms in all, "
                      f"{cats.get('kernel', 0)} kernel events; top: {r.figures['top3']}")
     else:
         r.skipped.append("CUDA columns (CUDA only)")
         r.summary = f"{len(rows)} rows (CPU time); top: {r.figures['top3']}"
+
+
+def _compare_key_averages(r: Result, trace_path: Path, window: Any, rows: list) -> None:
+    """memtop's table from trace.json against torch's key_averages() of the same window."""
+    from probes.opstable import aggregate, load_trace
+
+    prof = window.last_profiler
+    if prof is None:
+        r.claim("ops_table_equals_key_averages", None, "the window kept no profiler")
+        return
+    theirs = {e.key: e for e in in_thread(prof.key_averages)}
+    ours = aggregate(load_trace(trace_path), use_device=True)
+    bad = []
+    for row in ours:
+        ref = theirs.get(row["name"])
+        if ref is None or row["calls"] != ref.count or abs(
+                row["self_device_us"] - ref.self_device_time_total) > max(
+                1.0, 0.01 * ref.self_device_time_total):
+            bad.append(row["name"])
+    r.claim("ops_table_equals_key_averages", not bad and len(ours) == len(theirs),
+            f"{len(ours)} rows vs {len(theirs)}; differing: {bad[:6]}")
+    ranked = [e.key for e in sorted(theirs.values(), key=lambda e: -e.self_device_time_total)
+              if not e.is_user_annotation][:10]
+    ann = [row["name"] for row in rows if row.get("user_annotation")]
+    r.claim("no_annotation_in_device_ranking", not ann and rows[0]["name"] in ranked[:3],
+            f"memtop top: {[row['name'] for row in rows[:3]]}; torch top ops: {ranked[:3]}")
 
 
 def check_leak_detector(ctx: Ctx, r: Result) -> None:
@@ -458,23 +548,43 @@ def check_overhead(ctx: Ctx, r: Result) -> None:
     from overhead import memtop_headless, plain_loop
 
     cfg = ctx.config()
+    hist_cfg = dataclasses.replace(cfg, memory_history=True)
     warm, steps = (20, 200) if ctx.is_cuda else (5, 30)
-    plain, ours = [], []
+    plain, ours, hist = [], [], []
+    history_left_on = []
     for _ in range(3):
         if ctx.left_s() < 20:
             r.warnings.append("time budget: fewer repeats")
             break
         plain.append(in_thread(plain_loop, cfg, warm, steps))
         ours.append(in_thread(memtop_headless, cfg, warm, steps))
+        if ctx.is_cuda:  # the same with --memory-history: what item 1 of issue 12 costs
+            hist.append(in_thread(memtop_headless, hist_cfg, warm, steps))
+            history_left_on.append(history_recording())
     if not r.expect(bool(plain), "no repeat ran"):
         return
     ratio = median(ours) / median(plain)
     r.figures.update(plain_tokens_per_s=plain, memtop_tokens_per_s=ours, ratio=ratio,
                      warm=warm, steps=steps, amp=cfg.amp_mode)
+    if hist:
+        r.figures.update(history_tokens_per_s=hist, history_ratio=median(hist) / median(ours))
+        r.claim("history_off_after_run", not any(history_left_on),
+                f"recording after each --memory-history run: {history_left_on}")
     if ratio < 0.99:
         r.warnings.append(f"ratio {ratio:.3f} < 0.99 (the CPU target; a short run, see figures)")
     r.summary = (f"plain {median(plain):,.0f} tok/s, memtop headless {median(ours):,.0f} tok/s,"
                  f" ratio {ratio:.3f} ({len(plain)} pairs, {steps} steps each)")
+
+
+def history_recording() -> bool:
+    """Whether the allocator still records history: allocate an odd size and look for that
+    allocation among the last trace entries (the ring buffer may be full, so counts won't do)."""
+    probe = torch.empty(1_234_567, dtype=torch.uint8, device="cuda")
+    ptr = probe.untyped_storage().data_ptr()
+    traces = torch.cuda.memory._snapshot()["device_traces"]
+    del probe
+    return any(e.get("action") == "alloc" and e.get("addr") == ptr
+               and e.get("size") == 1_234_944 for t in traces for e in t[-64:])
 
 
 def check_dashboard_svg(ctx: Ctx, r: Result) -> None:
@@ -539,12 +649,70 @@ CHECKS: list[tuple[str, Callable[[Ctx, Result], None], float]] = [
     # name, function, seconds it needs at least (else skipped for the time budget)
     ("environment", check_environment, 1),
     ("probes_fp16", check_probes_fp16, 15),
+    ("sample_cost", G.check_sample_cost, 2),
+    ("sync_count", G.check_sync_count, 15),
+    ("oom_capture", G.check_oom_capture, 15),
     ("probes_bf16", check_probes_bf16, 15),
     ("profiler_window", check_profiler_window, 25),
+    ("report_ledger", G.check_report_ledger, 10),
     ("leak_detector", check_leak_detector, 20),
+    ("cuda_n", G.check_cuda_n, 20),
     ("overhead", check_overhead, 30),
     ("dashboard_svg", check_dashboard_svg, 30),
 ]
+# What each check proves on a GPU (issue 12), listed in summary.md as PASS / FAIL / NOT RUN.
+CLAIMS: dict[str, list[tuple[str, str]]] = {
+    "probes_fp16": [
+        ("counters_equal_memory_stats", "allocated, reserved, step peak, alloc retries and OOMs "
+         "equal torch.cuda.memory_stats() at every step (one nested read per step)"),
+        ("run_peak_is_max_of_step_peaks", "the run's peak is the max of the per-step peaks"),
+        ("nvml_matches_fresh_read", "memtop's NVML read (matched by UUID) equals a fresh NVML "
+         "read and nvidia-smi while reserved is steady")],
+    "sample_cost": [("sample_cost", "the per-step memory sample costs <= 20 µs on CUDA")],
+    "sync_count": [
+        ("sync_counting_works", "set_sync_debug_mode counts one more sync per step for a "
+         "non-fused AdamW under GradScaler than for a fused one"),
+        ("one_sync_per_step", "memtop's fp16 trainer (fused AdamW) syncs once per step"),
+        ("step_time_matches_cuda_events", "step_ms agrees with CUDA events within 10%")],
+    "oom_capture": [
+        ("oom_plain_artifacts", "an OOM writes memory_summary and a snapshot (no history)"),
+        ("oom_plain_state_only", "without --memory-history the snapshot is state only"),
+        ("oom_history_artifacts", "an OOM with --memory-history writes both, dump time kept"),
+        ("oom_history_has_traces", "with --memory-history the snapshot holds the history")],
+    "profiler_window": [
+        ("ops_table_equals_key_averages", "the top-ops table from trace.json equals torch's "
+         "key_averages() on a real CUDA trace (calls, self device time)"),
+        ("no_annotation_in_device_ranking", "ProfilerStep#/forward/backward/optimizer spans are "
+         "out of the device ranking, and its top op is among torch's top 3")],
+    "report_ledger": [
+        ("report_written", "report.md/json are written for a CUDA run"),
+        ("ledger_on_cuda", "the ledger measures on the CUDA device"),
+        ("mfu_or_reason", "MFU is computed for a known GPU, or the report says why not"),
+        ("snapshot_request", "a memory_snapshot request (the m key) writes a state-only "
+         "snapshot into the run folder at the step asked for")],
+    "cuda_n": [
+        ("cuda_n_no_context_on_0", "--device cuda:N creates no CUDA context on cuda:0"),
+        ("cuda_n_nvml_by_uuid", "NVML is matched to cuda:N by UUID")],
+    "overhead": [("history_off_after_run", "allocation history is off after a "
+                  "--memory-history run ends (the next run does not pay for it)")],
+}
+
+
+def claim_rows(results: list[Result]) -> list[tuple[str, str, str, str]]:
+    """(check, claim, status, detail) for every declared claim; NOT RUN where no check
+    measured it (CPU, time budget, one GPU)."""
+    by_name = {r.name: r for r in results}
+    rows = []
+    for check, claims in CLAIMS.items():
+        r = by_name.get(check)
+        for key, text in claims:
+            got = r.claims.get(key) if r is not None else None
+            if got is None:
+                why = "check not run" if r is None else (r.summary or r.status)
+                rows.append((check, text, "NOT RUN", why))
+            else:
+                rows.append((check, text, got["status"], got["detail"]))
+    return rows
 
 
 # ---- main ---------------------------------------------------------------------------------------
@@ -568,7 +736,14 @@ def write_summary(ctx: Ctx, results: list[Result], started: float) -> int:
                            *(f"skip: {s}" for s in r.skipped)])
         lines.append(f"| {r.name} | **{r.status}** | {r.summary.replace('|', '/')} | "
                      f"{notes.replace('|', '/')} |")
+    lines += ["", "## Claims (issue 12)", "", "| check | claim | status | detail |",
+              "|---|---|---|---|"]
+    for check, text, status, detail in claim_rows(results):
+        lines.append(f"| {check} | {text.replace('|', '/')} | **{status}** | "
+                     f"{str(detail).replace('|', '/')[:300]} |")
     overall = "all checks passed" if not failed else "FAILED: " + ", ".join(failed)
+    if all(r.status == "skip" for r in results):
+        overall = "nothing measured (every check skipped)"
     lines += ["", f"Overall: {overall} (warn = passed with a caveat; skip = not meaningful "
                   "here)."]
     (ctx.out / "summary.md").write_text("\n".join(lines) + "\n")
@@ -582,8 +757,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget-s", type=float, default=230.0,
                         help="stop starting checks after this many seconds")
     parser.add_argument("--only", default="", help="comma-separated check names")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="run no check: write the summary with every claim NOT RUN (tests "
+                             "that the script imports and reports, on any machine)")
     args = parser.parse_args(argv)
     is_cuda = args.device.startswith("cuda")
+    if args.dry_run:
+        args.out.mkdir(parents=True, exist_ok=True)
+        ctx = Ctx(args.out, args.device, is_cuda, time.monotonic(), print)
+        results = [Result(name, status="skip", summary="dry run") for name, _, _ in CHECKS]
+        write_summary(ctx, results, time.time())
+        return 0
     if is_cuda and not torch.cuda.is_available():
         print(f"gpu_check: no CUDA device here (torch {torch.__version__}, "
               f"torch.cuda.is_available() is False): nothing measured, nothing written; run it "

@@ -21,7 +21,7 @@ from probes.runfolder import create_run_dir
 from trainer.config import TrainConfig
 from trainer.data import BatchSampler, load_corpus
 from trainer.instruments import build_hooks
-from trainer.loop import AMP_DTYPES, Trainer
+from trainer.loop import AMP_DTYPES, Trainer, use_fused_adamw
 from trainer.model import GPT
 
 
@@ -30,7 +30,9 @@ def plain_loop(cfg: TrainConfig, warm: int, steps: int) -> float:
     torch.manual_seed(cfg.seed)
     device = cfg.torch_device
     model = GPT(cfg.model_config()).to(device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.1)
+    # the same optimizer as memtop's trainer (fused on CUDA), so the pair compares monitoring only
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.1,
+                                  fused=use_fused_adamw(device))
     batches = BatchSampler(load_corpus(), cfg.batch_size, cfg.seq_len, cfg.seed, device)
     dtype = AMP_DTYPES.get(cfg.amp_mode)
     scaler = torch.amp.GradScaler(device.type) if cfg.amp_mode == "fp16" else None

@@ -59,6 +59,7 @@ class StepTensors:
 
     loss: torch.Tensor | None
     output: torch.Tensor | None  # the model's output (logits for a language model), if given
+    synced: bool = True  # the end-of-step read waited for the device (a CUDA tensor was read)
 
 
 class StepHook:

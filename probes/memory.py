@@ -5,9 +5,10 @@ CPU (Linux/glibc): the heap counters of glibc's ``mallinfo2()`` (every thread's 
 bytes malloc holds from the OS (arena + hblkhd). Peak is the max of the sampled values, not a true
 high-water mark. RSS comes from ``/proc/self/statm`` through a kept file descriptor.
 
-CUDA: torch's caching-allocator counters (memory_allocated / memory_reserved /
-max_memory_allocated),
-which read host-side bookkeeping and add no device synchronisation.
+CUDA: torch's caching-allocator counters, from one ``memory_stats_as_nested_dict()`` call per
+step (probes/cudamem.py), which reads host-side bookkeeping and adds no device synchronisation.
+The allocator's peak is reset at the start of every step, so it is *this step's* high-water mark
+(what an OOM runs into); the run's peak is the max of the step peaks, kept here.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import os
 from dataclasses import dataclass
 
 import torch
+
+from probes.cudamem import read_stats
 
 
 class _MallInfo2(ctypes.Structure):
@@ -83,18 +86,27 @@ class RssReader:
 class MemoryReading:
     allocated_bytes: int | None
     reserved_bytes: int | None
-    peak_allocated_bytes: int | None
+    peak_allocated_bytes: int | None  # the run's peak since reset_peak()
     host_rss_bytes: int | None
+    step_peak_allocated_bytes: int | None = None  # this step's high-water mark (CPU: sampled)
+    inactive_split_bytes: int | None = None  # CUDA: cached free memory inside split blocks
+    alloc_retries: int | None = None  # CUDA: cudaMalloc retries after a cache flush
+    ooms: int | None = None  # CUDA: out-of-memory errors raised
 
 
 class MemoryProbe:
-    """Reads allocated / reserved / peak for one device plus host RSS; never raises on a read."""
+    """Reads allocated / reserved / peak for one device plus host RSS; never raises on a read.
+
+    ``begin_step()`` starts a step's peak; ``read()`` at the step's end gives that step's peak
+    and folds it into the run's peak (from ``reset_peak()`` on).
+    """
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
         self.is_cuda = device.type == "cuda"
         self._rss = RssReader()
-        self._cpu_peak: int | None = None
+        self._run_peak: int | None = None
+        self._step_peak: int | None = None  # CPU: max of the heap readings in this step
 
     @property
     def counter_source(self) -> str:
@@ -104,40 +116,71 @@ class MemoryProbe:
         return "glibc heap (mallinfo2)" if _MALLINFO2 is not None else "unavailable"
 
     def reset_peak(self) -> None:
-        """Start the peak over (called after warmup so model set-up does not pollute it)."""
+        """Start the run's peak over (after warmup, so model set-up does not pollute it)."""
+        self._run_peak = None
+        self.begin_step()
+
+    def begin_step(self) -> None:
+        """Start this step's peak: the allocator's high-water mark on CUDA (host bookkeeping,
+        no sync; note it resets *all* of torch's peak stats, which a loop reading
+        max_memory_allocated itself would see). On CPU no read: in a live run a mallinfo2
+        walk costs ~100 µs (README), so the step's peak is its mid-step and end readings."""
         if self.is_cuda:
-            torch.cuda.reset_peak_memory_stats(self.device)
-        else:
-            heap = heap_counters()
-            self._cpu_peak = heap[0] if heap else None
+            try:
+                torch.cuda.reset_peak_memory_stats(self.device)
+            except (RuntimeError, AssertionError):
+                pass
+            return
+        self._step_peak = None
 
     def observe_peak(self) -> None:
         """CPU only: fold one extra heap reading (~1 µs) into the sampled peak, mid-step."""
         if self.is_cuda:
             return  # the CUDA allocator keeps a true high-water mark itself
         heap = heap_counters()
-        if heap is not None and (self._cpu_peak is None or heap[0] > self._cpu_peak):
-            self._cpu_peak = heap[0]
+        if heap is not None and (self._step_peak is None or heap[0] > self._step_peak):
+            self._step_peak = heap[0]
+
+    def _fold(self, step_peak: int | None) -> int | None:
+        if step_peak is not None and (self._run_peak is None or step_peak > self._run_peak):
+            self._run_peak = step_peak
+        return self._run_peak
 
     def read(self) -> MemoryReading:
         rss = self._rss.read()
         if self.is_cuda:
-            try:
-                return MemoryReading(
-                    allocated_bytes=torch.cuda.memory_allocated(self.device),
-                    reserved_bytes=torch.cuda.memory_reserved(self.device),
-                    peak_allocated_bytes=torch.cuda.max_memory_allocated(self.device),
-                    host_rss_bytes=rss,
-                )
-            except RuntimeError:
+            st = read_stats(self.device)
+            if st is None:
                 return MemoryReading(None, None, None, rss)
+            return MemoryReading(st.allocated_bytes, st.reserved_bytes,
+                                 self._fold(st.peak_allocated_bytes), rss,
+                                 step_peak_allocated_bytes=st.peak_allocated_bytes,
+                                 inactive_split_bytes=st.inactive_split_bytes,
+                                 alloc_retries=st.alloc_retries, ooms=st.ooms)
         heap = heap_counters()
         if heap is None:
             return MemoryReading(None, None, None, rss)
         allocated, reserved = heap
-        if self._cpu_peak is None or allocated > self._cpu_peak:
-            self._cpu_peak = allocated
-        return MemoryReading(allocated, reserved, self._cpu_peak, rss)
+        if self._step_peak is None or allocated > self._step_peak:
+            self._step_peak = allocated
+        return MemoryReading(allocated, reserved, self._fold(self._step_peak), rss,
+                             step_peak_allocated_bytes=self._step_peak)
 
     def close(self) -> None:
         self._rss.close()
+
+
+def guard_trip(watched: dict[str, int | None], prev: dict[str, int | None] | None,
+               limit: int | None) -> tuple[str, int, int] | None:
+    """(counter, bytes, growth per step) of the first watched counter that would pass ``limit``
+    at the next step if it grew as it did in this one; None while all stay below."""
+    if limit is None:
+        return None
+    for name, value in watched.items():
+        if value is None:
+            continue
+        before = (prev or {}).get(name)
+        growth = max(0, value - before) if before is not None else 0
+        if value + growth > limit:
+            return name, value, growth
+    return None

@@ -40,9 +40,11 @@ import torch
 from probes import records as R
 from probes.control import Request, RunControl
 from probes.control_socket import ControlServer
+from probes.cudamem import dump_snapshot, failure_artifacts, start_history, stop_history
 from probes.errors import MonitorArgumentError, MonitorStateError, NonFiniteError
+from probes.hints import HintWatch
 from probes.hooks import GPTShape, RunContext, StepHook, StepTensors
-from probes.memory import MemoryProbe
+from probes.memory import MemoryProbe, guard_trip
 from probes.nvml import NvmlPoller
 from probes.recorder import RunRecorder, Sink
 from probes.records import Event, StepSample
@@ -118,7 +120,9 @@ class Monitor:
     kinds this class cannot do itself, with handlers; announced in run_started); ``non_finite``
     ("record": a step whose loss or gradient norm is inf/nan is written as measured; "fail":
     without a GradScaler such a step raises NonFiniteError from its ``with`` block and is
-    recorded as the run's error, not as a sample).
+    recorded as the run's error, not as a sample); ``memory_history`` (CUDA: record
+    allocations with Python stacks for the OOM snapshot; costs µs per allocation, off by
+    default, probes/cudamem.py).
     """
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, *,
@@ -136,7 +140,7 @@ class Monitor:
                  control: RunControl | None = None, recorder: RunRecorder | None = None,
                  extra_hooks: Iterable[StepHook] = (), rank: int | None = None,
                  requests: Mapping[str, Callable[[int], None]] | None = None,
-                 non_finite: str = "record") -> None:
+                 non_finite: str = "record", memory_history: bool = False) -> None:
         device = _check_args(model, optimizer, scaler, tokens_per_step, samples_per_step, amp,
                              warmup_steps, max_steps)
         if non_finite not in ("record", "fail"):
@@ -146,6 +150,7 @@ class Monitor:
         self.model, self.optimizer, self.scaler = model, optimizer, scaler
         self.device = device
         self.tokens_per_step, self.samples_per_step = tokens_per_step, samples_per_step
+        self.memory_history = "off"
         self.warmup_steps, self.max_steps = warmup_steps, max_steps
         self.max_memory_bytes = max_memory_bytes
         self.write_report_at_close = write_report
@@ -158,7 +163,7 @@ class Monitor:
         self._amp = amp or "auto"
         self._request_handlers: dict[str, Callable[[int], None]] = dict(requests or {})
         self._boundary_done = 0  # the step whose boundary work is done
-        self._prev_watched: int | None = None
+        self._prev_watched: dict[str, int | None] | None = None
         self._skipped = 0
         self._scale = _initial_scale(scaler)
         self._micro = 0
@@ -189,6 +194,8 @@ class Monitor:
                                    profile_at=profile_at, profile_memory=profile_memory,
                                    profile_record_shapes=profile_record_shapes,
                                    leak_watch=leak_watch, ledger=ledger, extra=extra_hooks)
+        if not any(isinstance(h, HintWatch) for h in self.hooks):
+            self.hooks.append(HintWatch())  # the tutorial's pitfalls, each said once
         self.profiler = next((h for h in self.hooks if hasattr(h, "open_window")), None)
         self.ctx = RunContext(model, optimizer, scaler, device, self._amp, self.run_dir,
                               self.memory, recorder.publish, recorder.elapsed_s, total,
@@ -204,12 +211,16 @@ class Monitor:
             self.server.start()
         if warmup_steps == 0:
             self.memory.reset_peak()  # no warmup: the peak starts with the first step
+        self.memory_history = start_history(device, memory_history)
         self.emit(R.RUN_STARTED, 0, {
             "device": str(device), "device_name": name, "device_total_bytes": total,
             "amp": self._amp, "params": sum(p.numel() for p in model.parameters()),
             "counters": self.memory.counter_source,
             "driver_counter": _driver_label(device, self.nvml),
+            "memory_history": self.memory_history,
             "nvml_error": self.nvml.error if self.nvml else None,
+            "nvml_match": self.nvml.match if self.nvml else None,
+            "mig": self.nvml.is_mig if self.nvml and self.nvml.available else None,
             "tokens_per_step": tokens_per_step, "samples_per_step": samples_per_step,
             "flops_per_token": flops_per_token, "pid": os.getpid(),
             "world_size": _env_world_size(), "rank": self.rank,
@@ -283,6 +294,7 @@ class Monitor:
             self.server.close()
         if self.nvml is not None:
             self.nvml.stop()
+        stop_history(self.memory_history)
         self.memory.close()
         self.recorder.close()
         if self.write_report_at_close:
@@ -316,11 +328,15 @@ class Monitor:
     def _step_began(self, scope: StepScope) -> None:
         self._in_step = scope
         self._micro = 0
+        self.memory.begin_step()  # this step's peak starts here (CUDA: no sync)
         self._tracing = self.profiler is not None and self.profiler.tracing
 
     def _step_ended(self, scope: StepScope, t_end: float) -> None:
         step, v = scope.step, scope._values
-        loss, grad_norm, scale = read_step_values(v.loss, v.grad_norm, self._scale_tensor())
+        scale_t = self._scale_tensor()
+        synced = any(isinstance(x, torch.Tensor) and x.device.type != "cpu"
+                     for x in (v.loss, v.grad_norm, scale_t))
+        loss, grad_norm, scale = read_step_values(v.loss, v.grad_norm, scale_t)
         step_s = max(time.perf_counter() - scope._t0, 1e-9)
         if self.non_finite == "fail" and (self.scaler is None or not self.scaler.is_enabled()):
             bad = next(((what, val) for what, val in (("loss", loss), ("gradient norm", grad_norm))
@@ -333,9 +349,9 @@ class Monitor:
             if self._scale is not None and scale < self._scale:
                 self._skipped += 1  # the scaler backs off exactly when it skipped the step
             self._scale = scale
-        if step == self.warmup_steps:
-            self.memory.reset_peak()  # set-up and first-step allocations leave the peak
         reading = self.memory.read()
+        if step == self.warmup_steps:
+            self.memory.reset_peak()  # set-up and first-step allocations leave the run's peak
         driver = reading.host_rss_bytes
         if self.device.type == "cuda":
             latest = self.nvml.latest if self.nvml is not None else None
@@ -352,11 +368,13 @@ class Monitor:
             grad_norm=grad_norm, profiling=self._tracing,
             leak_active=self.leak_active,
             samples_per_s=samples / step_s if samples else None,
-            micro_batches=self._micro or None, rank=self.rank or 0)
+            micro_batches=self._micro or None, rank=self.rank or 0,
+            step_peak_allocated_bytes=reading.step_peak_allocated_bytes,
+            alloc_retries=reading.alloc_retries, ooms=reading.ooms)
         scope.sample = sample
         self.recorder.publish(sample)
         tensors = StepTensors(loss=v.loss if isinstance(v.loss, torch.Tensor) else None,
-                              output=v.output)
+                              output=v.output, synced=synced)
         for hook in self.hooks:
             hook.end_step(step, tensors, sample)
         self.step_count = step
@@ -375,7 +393,7 @@ class Monitor:
             "error_type": type(exc).__name__, "message": str(exc),
             "traceback": "".join(traceback.format_exception(type(exc), exc,
                                                             exc.__traceback__))}
-        data.update(_failure_artifacts(self.run_dir, self.device))
+        data.update(failure_artifacts(self.run_dir, self.device, self.memory_history))
         with contextlib.suppress(Exception):
             self.emit(R.ERROR, step, data)
 
@@ -418,6 +436,9 @@ class Monitor:
             self.control.stop(req.reason or f"stopped by {req.source}")
         elif req.kind == "report":
             self._write_report_async(step)
+        elif req.kind == "memory_snapshot":
+            self.emit(R.MEMORY_SNAPSHOT, step - 1,
+                      dump_snapshot(self.run_dir, self.device, step - 1, self.memory_history))
         elif req.kind in self._request_handlers:
             self._request_handlers[req.kind](step)
 
@@ -438,25 +459,30 @@ class Monitor:
         threading.Thread(target=write, name="memtop-report", daemon=True).start()
 
     def _guard(self, step: int, reading: Any) -> None:
-        """Stop before the watched counter passes max_memory_bytes at its current growth."""
-        limit = self.max_memory_bytes
-        cuda = self.device.type == "cuda"
-        watched = reading.allocated_bytes if cuda else reading.host_rss_bytes
+        """Stop before a watched counter passes max_memory_bytes at its current growth: on
+        CUDA this step's peak (an OOM happens mid-step) and reserved (the cache must grow to
+        allocate); host RSS on CPU."""
+        if self.device.type == "cuda":
+            watched = {"device step peak": reading.step_peak_allocated_bytes,
+                       "device reserved": reading.reserved_bytes}
+        else:
+            watched = {"host RSS": reading.host_rss_bytes}
         prev, self._prev_watched = self._prev_watched, watched
-        if limit is None or watched is None:
+        trip = guard_trip(watched, prev, self.max_memory_bytes)
+        if trip is None:
             return
-        growth = max(0, watched - prev) if prev is not None else 0
-        if watched + growth > limit:
-            counter = "device allocated" if cuda else "host RSS"
-            self.emit(R.MEMORY_GUARD, step, {"counter": counter, "watched_bytes": watched,
-                                             "limit_bytes": limit,
-                                             "growth_bytes_per_step": growth})
-            self.control.stop(f"memory guard: {counter} at {watched} bytes would pass "
-                              f"--max-memory {limit} bytes next step")
+        counter, value, growth = trip
+        limit = self.max_memory_bytes
+        self.emit(R.MEMORY_GUARD, step, {"counter": counter, "watched_bytes": value,
+                                         "limit_bytes": limit, "growth_bytes_per_step": growth})
+        self.control.stop(f"memory guard: {counter} at {value} bytes would pass "
+                          f"--max-memory {limit} bytes next step")
 
     # the socket's side ------------------------------------------------------------------------
     def _capabilities(self) -> list[str]:
         caps = ["pause", "resume", "stop", "report"]
+        if self.device.type == "cuda":
+            caps.append("memory_snapshot")
         if self.profiler is not None:
             caps += ["profile", "profile_cancel"]
         return caps + sorted(self._request_handlers)
@@ -578,29 +604,11 @@ def _env_world_size() -> int:
 def _driver_label(device: torch.device, nvml: NvmlPoller | None) -> str:
     if device.type != "cuda":
         return "process RSS (/proc/self/statm)"
+    if nvml is not None and nvml.match.startswith("not matched"):
+        return "n/a (NVML device not matched to the CUDA device; no index is guessed)"
     if nvml is None or not nvml.available:
         return "n/a (NVML unavailable)"
     return "NVML memory of this process (all processes' when the pid is not visible)"
-
-
-def _failure_artifacts(run_dir: Path, device: torch.device) -> dict[str, str]:
-    """On CUDA, keep what explains a failure: memory_summary text and an allocator snapshot."""
-    out: dict[str, str] = {}
-    if device.type != "cuda" or not torch.cuda.is_available():
-        return out
-    try:
-        summary = run_dir / "cuda_memory_summary.txt"
-        summary.write_text(torch.cuda.memory_summary(device), encoding="utf-8")
-        out["memory_summary"] = summary.name
-    except Exception as err:  # keep going: the error row matters more
-        out["memory_summary_error"] = str(err)
-    try:
-        snapshot = run_dir / "cuda_memory_snapshot.pickle"
-        torch.cuda.memory._dump_snapshot(str(snapshot))
-        out["memory_snapshot"] = snapshot.name
-    except Exception as err:
-        out["memory_snapshot_error"] = str(err)
-    return out
 
 
 _OPEN: weakref.WeakSet[Monitor] = weakref.WeakSet()  # monitors not closed yet

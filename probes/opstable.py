@@ -255,6 +255,7 @@ def _average(events: list[_Ev], use_device: bool,
             "device_total_us": dev_total / 1000.0 if use_device else None,
             "cpu_memory_bytes": cpu_mem if profile_memory else None,
             "device_memory_bytes": dev_mem if profile_memory and use_device else None,
+            "user_annotation": key[2], "on_device": not key[1],
         })
     return rows
 
@@ -270,7 +271,47 @@ def rows_from_key_averages(averages: Any, use_device: bool,
         "cpu_memory_bytes": int(e.cpu_memory_usage) if profile_memory else None,
         "device_memory_bytes": (int(e.device_memory_usage) if profile_memory and use_device
                                 else None),
+        "user_annotation": bool(getattr(e, "is_user_annotation", False)),
+        "on_device": getattr(getattr(e, "device_type", None), "name", "CPU") != "CPU",
     } for e in averages]
+
+
+def rank_rows(rows: list[dict[str, Any]], sort_by: str) -> list[dict[str, Any]]:
+    """The ops table's order. By device time, user annotations (ProfilerStep#, forward,
+    backward, optimizer: record_function ranges and their gpu_user_annotation spans) are left
+    out: a span covers every kernel inside it, idle gaps included, so it would top the table
+    ahead of every kernel; ``phase_totals`` shows them instead."""
+    if sort_by == "device":
+        rows = [r for r in rows if not r.get("user_annotation")]
+    return sort_rows(rows, sort_by)
+
+
+def phase_totals(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per user annotation: calls and CPU time of the host range, and the device span (first
+    kernel start to last kernel end, gaps included) of its gpu_user_annotation twin."""
+    phases: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        if not r.get("user_annotation"):
+            continue
+        ph = phases.setdefault(r["name"], {"name": r["name"], "calls": 0, "cpu_total_us": None,
+                                           "device_span_us": None})
+        if r.get("on_device"):
+            ph["device_span_us"] = r.get("device_total_us")
+        else:
+            ph["calls"] = r["calls"]
+            ph["cpu_total_us"] = r["cpu_total_us"]
+    return list(phases.values())
+
+
+def format_phases(phases: list[dict[str, Any]]) -> str:
+    """The phase totals under the ops table ("" when there are none)."""
+    if not phases:
+        return ""
+    lines = [f"{'Phase (user annotation)':<40}{'CPU total':>14}{'Device span':>14}{'Calls':>9}"]
+    for ph in phases:
+        lines.append(f"{ph['name'][:38]:<40}{_us(ph['cpu_total_us']):>14}"
+                     f"{_us(ph['device_span_us']):>14}{ph['calls']:>9}")
+    return "\n".join(lines) + "\n"
 
 
 def sort_rows(rows: list[dict[str, Any]], sort_by: str) -> list[dict[str, Any]]:
@@ -333,15 +374,18 @@ def analyse(trace_path: Path, out_dir: Path, sort_by: str = "cpu", top: int = 20
     """Trace -> top_ops.txt (table) and top_ops.json (the top rows); returns the JSON object."""
     t0 = time.perf_counter()
     trace = load_trace(trace_path)
-    rows = sort_rows(aggregate(trace, use_device, profile_memory), sort_by)
+    every = aggregate(trace, use_device, profile_memory)
+    rows = rank_rows(every, sort_by)
+    phases = phase_totals(every)
     n_events = sum(1 for e in trace.get("traceEvents", []) if e.get("ph") == "X")
     del trace
     total_self = sum(r["self_cpu_us"] for r in rows)
     title = (f"top ops of {trace_path.name}, sorted by self {sort_by} time; "
              f"{n_events} trace events, self CPU total {_us(total_self)}")
-    _write_atomic(out_dir / "top_ops.txt", format_table(rows[:table_rows], title))
+    _write_atomic(out_dir / "top_ops.txt", format_table(rows[:table_rows], title)
+                  + format_phases(phases))
     result = {"sort_by": sort_by, "top_ops": rows[:top], "ops": len(rows), "events": n_events,
-              "analysis_s": time.perf_counter() - t0}
+              "phases": phases, "analysis_s": time.perf_counter() - t0}
     _write_atomic(out_dir / "top_ops.json", json.dumps(result, indent=1) + "\n")
     return result
 

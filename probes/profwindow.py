@@ -28,7 +28,14 @@ from torch.profiler import ProfilerActivity, profile, schedule
 
 from probes import records as R
 from probes.hooks import StepHook, StepTensors
-from probes.opstable import format_table, rows_from_key_averages, sort_rows, spawn_worker
+from probes.opstable import (
+    format_phases,
+    format_table,
+    phase_totals,
+    rank_rows,
+    rows_from_key_averages,
+    spawn_worker,
+)
 from probes.records import Event, StepSample
 from probes.runfolder import profile_dir, write_json
 
@@ -352,13 +359,14 @@ class ProfilerWindow(StepHook):
     def _analyse_in_process(self, prof: Any, out_dir: Path) -> dict[str, Any]:
         """torch's own key_averages() on this thread: exact, but holds the GIL (~0.6 s)."""
         t0 = time.perf_counter()
-        rows = sort_rows(rows_from_key_averages(prof.key_averages(), self.use_device,
-                                                self.profile_memory), self.sort_by)
+        every = rows_from_key_averages(prof.key_averages(), self.use_device,
+                                       self.profile_memory)
+        rows, phases = rank_rows(every, self.sort_by), phase_totals(every)
         (out_dir / "top_ops.txt").write_text(
             format_table(rows[:100], f"top ops (key_averages), sorted by self {self.sort_by} "
-                                     "time"), encoding="utf-8")
+                                     "time") + format_phases(phases), encoding="utf-8")
         result = {"sort_by": self.sort_by, "top_ops": rows[:self.top_n], "ops": len(rows),
-                  "analysis_s": time.perf_counter() - t0}
+                  "phases": phases, "analysis_s": time.perf_counter() - t0}
         write_json(out_dir / "top_ops.json", result)
         return result
 
@@ -397,7 +405,8 @@ class ProfilerWindow(StepHook):
         self.ctx.set_profile_phase(None)
         self._emit(R.PROFILE_DONE, step, {
             "dir": ana.window.dir_name, "sort_by": result.get("sort_by", self.sort_by),
-            "top_ops": result.get("top_ops", []), "analysis_s": result.get("analysis_s"),
+            "top_ops": result.get("top_ops", []), "phases": result.get("phases", []),
+            "analysis_s": result.get("analysis_s"),
             "trace": TRACE_NAME, "table": "top_ops.txt", "export_s": ana.export_s,
             "wall_s": time.perf_counter() - ana.started, "steps": ana.window.steps["active"],
             "in_process": ana.proc is None})

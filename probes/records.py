@@ -44,6 +44,9 @@ class StepSample:
     samples_per_s: float | None = None  # for loops that count samples, not tokens
     micro_batches: int | None = None  # forward passes in this optimizer step (accumulation)
     rank: int = 0  # the process's rank under torchrun; 0 when alone
+    step_peak_allocated_bytes: int | None = None  # this step's high-water mark (CPU: sampled)
+    alloc_retries: int | None = None  # CUDA: cudaMalloc retried after a cache flush, so far
+    ooms: int | None = None  # CUDA: out-of-memory errors the allocator raised, so far
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -231,10 +234,52 @@ MEMORY_GUARD = "memory_guard"
 METRICS_WRITE_FAILED = "metrics_write_failed"
 REPORT_WRITTEN = "report_written"
 CONTROL = "control"
+HINT = "hint"
+MEMORY_SNAPSHOT = "memory_snapshot"
+
+
+@dataclass(frozen=True)
+class HintKind:
+    """A pitfall from the tutorial (its §7) that memtop can see live; emitted once a run."""
+
+    name: str
+    devices: str  # "any" or "cuda": where it can appear
+    title: str  # what was seen, one line
+    why: str  # why it matters and what to do
+
+
+HINTS: tuple[HintKind, ...] = (
+    HintKind("low_precision_params", "any", "parameters are stored in fp16/bf16",
+             "model.half() makes every op and the optimizer's update low precision (nan "
+             "losses, updates rounded away); keep fp32 parameters and let autocast pick the "
+             "dtype per op"),
+    HintKind("scale_collapse", "any", "the GradScaler's scale fell below 1",
+             "the scale halves on every overflow; below 1 the gradients overflow even "
+             "unscaled, so inf/nan comes from the model or the learning rate, not from fp16's "
+             "range"),
+    HintKind("many_skipped_steps", "any", "over 10% of optimizer steps were skipped",
+             "each skipped step (inf/nan gradients under GradScaler) is a step of data "
+             "trained on nothing; a few at the start are normal, many are not"),
+    HintKind("no_sync_boundary", "cuda", "step time has no sync boundary",
+             "no CUDA tensor was handed to step.set(), so nothing waits for the device and "
+             "step_ms measures kernel launches, not the work; pass loss= (read once, one sync)"),
+    HintKind("amp_without_tensor_cores", "cuda", "this GPU has no tensor cores for the amp "
+             "dtype", "fp16 tensor cores need sm 7.0, bf16 sm 8.0; below that autocast saves "
+             "memory but runs no faster than fp32 (bf16 is emulated)"),
+    HintKind("cache_large", "cuda", "reserved ≫ allocated (a large allocator cache)",
+             "freed blocks stay cached for reuse; varying shapes leave gaps the next request "
+             "cannot use. PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True lets segments grow "
+             "in place; empty_cache() is no fix"),
+    HintKind("alloc_retries", "cuda", "cudaMalloc failed and was retried after a cache flush",
+             "the allocator is at the edge of device memory: each retry synchronises and "
+             "frees the cache (milliseconds); fragmentation or a too large batch. Try "
+             "expandable_segments:True or a smaller batch"),
+)
+HINT_KINDS: dict[str, HintKind] = {h.name: h for h in HINTS}
 
 _OP_FIELDS = {"name": "str", "calls": "int", "self_cpu_us": "num", "cpu_total_us": "num",
               "self_device_us": "num", "device_total_us": "num", "cpu_memory_bytes": "int",
-              "device_memory_bytes": "int"}
+              "device_memory_bytes": "int", "user_annotation": "bool", "on_device": "bool"}
 _SOFTWARE = ("python", "torch", "cuda", "cudnn", "numpy", "memtop", "os", "source")
 _LEAK_FIELDS: dict[str, Any] = {
     "counter": "str", "kind": "str", "bytes_per_step": "num", "growth_bytes_per_step": "num",
@@ -278,6 +323,7 @@ _KINDS = (
               {"device": "str", "device_name": "str", "device_total_bytes": "int", "amp": "str",
                "params": "int", "counters": "str", "driver_counter": "str", "world_size": "int",
                "pid": "int", "tokens_per_step": "int", "samples_per_step": "int",
+               "memory_history": "str", "nvml_match": "str", "mig": "bool",
                "system": {"gpu_name": "str", "gpu_capability": "scalar", "cpu_model": "str",
                           "cpu_count": "int", "ram_bytes": "int",
                           **{k: "scalar" for k in _SOFTWARE}}},
@@ -298,7 +344,9 @@ _KINDS = (
     EventKind(PROFILE_ANALYSING, "the window's trace is written; its table is being computed",
               {"dir": "str", "export_s": "num"}, loud=False),
     EventKind(PROFILE_DONE, "a profiler window's top-ops table is ready",
-              {"dir": "str", "sort_by": "str", "analysis_s": "num", "top_ops": [_OP_FIELDS]},
+              {"dir": "str", "sort_by": "str", "analysis_s": "num", "top_ops": [_OP_FIELDS],
+               "phases": [{"name": "str", "calls": "int", "cpu_total_us": "num",
+                           "device_span_us": "num"}]},
               summary=_profile_done),
     EventKind(PROFILE_CANCELLED, "a profiler window ended without a table, and why",
               {"dir": "str", "reason": "str"}, summary=lambda d: str(d.get("reason"))),
@@ -330,6 +378,13 @@ _KINDS = (
               {"reason": "str"}, summary=lambda d: str(d.get("reason"))),
     EventKind(REPORT_WRITTEN, "report.md / report.json were (re)written", {"path": "str"},
               loud=False),
+    EventKind(HINT, "a pitfall seen live (tutorial §7): what, why, what to do; once a run",
+              {"hint": "str", "title": "str", "why": "str", "detail": "str"},
+              summary=lambda d: f"{d.get('title')}: {d.get('detail') or d.get('why')}"),
+    EventKind(MEMORY_SNAPSHOT, "a CUDA memory snapshot for pytorch.org/memory_viz (the m key)",
+              {"path": "str", "dump_s": "num", "bytes": "int", "kind": "str", "error": "str"},
+              summary=lambda d: str(d.get("error") or f"{d.get('path')} ({d.get('kind')}, "
+                                                        f"{d.get('dump_s')} s)")),
     EventKind(CONTROL, "a request from a viewer or the launcher, accepted",
               {"request": "str", "source": "str", "at_step": "int"}, summary=_control),
 )

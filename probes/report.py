@@ -18,6 +18,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from probes.cudamem import driver_overhead_bytes, fragmentation
 from probes.report_read import (
     LEAK_EVENTS,
     ReportError,
@@ -32,24 +33,30 @@ from probes.runfolder import write_json
 from probes.sysinfo import host_info
 
 REPORT_VERSION = 1
-SYNC_RULE = ("one blocking host sync per step, at loss.item(); the grad norm and the GradScaler "
-             "scale are read after it (already computed); with fp16 on CUDA, GradScaler.step also "
-             "syncs to check for inf/nan gradients; no explicit synchronize")
-# Dense peak FLOP/s from vendor datasheets (no sparsity): (name pattern, {compute dtype: FLOP/s}).
-# fp32 means plain FP32 (torch leaves TF32 matmuls off by default).
+SYNC_RULE = ("one blocking device-to-host transfer per step, after the optimizer step: loss, "
+             "gradient norm and GradScaler scale stacked and read together (probes/stepvalues.py);"
+             " memtop's trainer uses fused AdamW on CUDA, so GradScaler.step passes found-inf to "
+             "the kernel instead of reading it (a non-fused optimizer adds that .item()); the "
+             "allocator counters and NVML are host reads; no explicit synchronize")
+# Dense peak FLOP/s from vendor datasheets (no sparsity): (model pattern, {compute dtype: FLOP/s}).
+# fp32 means plain FP32 (torch leaves TF32 matmuls off by default). A pattern must match the whole
+# model token at the start of the name once the vendor words are removed ("A100-SXM4-80GB" ->
+# A100; "RTX A1000" is not an A100). H800/A800 are the export variants: same compute.
+_END = r"(?=$|[\s-])"
 PEAK_FLOPS: tuple[tuple[str, dict[str, float]], ...] = (
-    (r"H100.*PCIe", {"bf16": 756e12, "fp16": 756e12, "fp32": 51e12}),
-    # H100 NVL and H200 NVL share the lower-clocked figures; before the SXM/GH200 catch-all.
-    (r"H[12]00.*NVL", {"bf16": 835e12, "fp16": 835e12, "fp32": 60e12}),
-    (r"H100|H200|GH200", {"bf16": 989e12, "fp16": 989e12, "fp32": 67e12}),
-    (r"A100", {"bf16": 312e12, "fp16": 312e12, "fp32": 19.5e12}),
-    (r"L40S", {"bf16": 362e12, "fp16": 362e12, "fp32": 91.6e12}),
-    (r"\bL4\b", {"bf16": 121e12, "fp16": 121e12, "fp32": 30.3e12}),
-    (r"\bA10\b", {"bf16": 125e12, "fp16": 125e12, "fp32": 31.2e12}),
-    (r"RTX 4090", {"bf16": 165e12, "fp16": 165e12, "fp32": 82.6e12}),
-    (r"V100", {"fp16": 125e12, "fp32": 15.7e12}),
-    (r"\bT4\b", {"fp16": 65e12, "fp32": 8.1e12}),
+    (rf"H[18]00{_END}.*PCIe", {"bf16": 756e12, "fp16": 756e12, "fp32": 51e12}),
+    # H100 NVL and H200 NVL share the lower-clocked figures; before the SXM catch-all.
+    (rf"H[12]00{_END}.*NVL", {"bf16": 835e12, "fp16": 835e12, "fp32": 60e12}),
+    (rf"(H100|H200|H800|GH200){_END}", {"bf16": 989e12, "fp16": 989e12, "fp32": 67e12}),
+    (rf"A[18]00{_END}", {"bf16": 312e12, "fp16": 312e12, "fp32": 19.5e12}),
+    (rf"L40S{_END}", {"bf16": 362e12, "fp16": 362e12, "fp32": 91.6e12}),
+    (rf"L4{_END}", {"bf16": 121e12, "fp16": 121e12, "fp32": 30.3e12}),
+    (rf"A10{_END}", {"bf16": 125e12, "fp16": 125e12, "fp32": 31.2e12}),
+    (r"RTX 4090$", {"bf16": 165e12, "fp16": 165e12, "fp32": 82.6e12}),
+    (rf"V100{_END}", {"fp16": 125e12, "fp32": 15.7e12}),
+    (rf"T4{_END}", {"fp16": 65e12, "fp32": 8.1e12}),
 )
+_VENDOR_WORDS = re.compile(r"^(NVIDIA\s+)?(Tesla\s+|GeForce\s+)?", re.IGNORECASE)
 
 
 # One writer at a time: `r` twice, `r` then `q`, or the quit thread and shutdown() after a forced
@@ -70,14 +77,22 @@ def percentile(values: list[float], q: float) -> float | None:
 
 
 # building ----------------------------------------------------------------------------------------
-def peak_flops(device_name: str | None, amp: str) -> tuple[float | None, str]:
-    """(peak FLOP/s, why) for the device and compute dtype; None where memtop has no figure."""
+def peak_flops(device_name: str | None, amp: str,
+               mig: bool | None = None) -> tuple[float | None, str]:
+    """(peak FLOP/s, why) for the device and compute dtype; None where memtop has no figure.
+
+    A MIG slice (``mig``, or "MIG" in the name) has only part of the GPU's SMs; memtop keeps no
+    per-profile figures, so MFU is not computed rather than divided by the whole GPU's peak."""
     if not device_name or device_name.upper() == "CPU":
         return None, ("CPU peak FLOP/s depends on cores, clocks and vector units; memtop keeps "
                       "no table for CPUs, so MFU is not computed (achieved FLOP/s is)")
+    if mig or re.search(r"\bMIG\b", device_name):
+        return None, (f"{device_name} is a MIG slice with a fraction of the GPU's SMs; memtop "
+                      "keeps no per-slice peak, so MFU is not computed (achieved FLOP/s is)")
     dtype = amp if amp in ("bf16", "fp16") else "fp32"
+    model = _VENDOR_WORDS.sub("", device_name.strip())
     for pattern, table in PEAK_FLOPS:
-        if re.search(pattern, device_name, re.IGNORECASE):
+        if re.match(pattern, model, re.IGNORECASE):
             if dtype in table:
                 return table[dtype], f"{device_name}: {table[dtype] / 1e12:g} TFLOP/s {dtype} dense"
             return None, f"{device_name} has no {dtype} tensor-core figure in memtop's table"
@@ -177,7 +192,7 @@ def _results(config: dict, steps: list[dict], started: dict) -> dict:
     flops = _flops_per_token(config, params, started.get("flops_per_token"))
     tps50 = percentile(tps, 50)
     device_name = started.get("device_name")
-    peak_fs, why = peak_flops(device_name, amp)
+    peak_fs, why = peak_flops(device_name, amp, started.get("mig") is True)
     if flops is None:
         why = ("FLOPs per token of this model are unknown to memtop (give Monitor "
                "flops_per_token= to get MFU)")
@@ -197,8 +212,10 @@ def _results(config: dict, steps: list[dict], started: dict) -> dict:
         "peak_reserved_bytes": peak(after_reset, "reserved_bytes"),
         "driver_peak_bytes": peak(steps, "driver_used_bytes"),
         "host_rss_peak_bytes": peak(steps, "host_rss_bytes"),
-        "peaks_note": ("Peak allocated since the reset after warmup (CPU: max of sampled "
-                       "heap readings); reserved and driver: max of step-end samples"),
+        "peaks_note": ("Peak allocated: max of the per-step high-water marks since warmup "
+                       "(CPU: max of sampled heap readings); reserved and driver: max of "
+                       "step-end samples"),
+        **_allocator(last, str(started.get("device") or "")),
         "skipped_steps": last.get("skipped_steps") if is_int(last.get("skipped_steps")) else 0,
         "wall_s": finite_num(last.get("time_s")),
         "tokens_trained": _tokens_per_step(config, started) * len(steps)
@@ -210,6 +227,25 @@ def _results(config: dict, steps: list[dict], started: dict) -> dict:
         "mfu": mfu,
         "mfu_note": why,
     }
+
+
+def _allocator(last: dict[str, Any], device: str) -> dict[str, Any]:
+    """CUDA: the cache's free bytes, cudaMalloc retries, OOMs and NVML − reserved at the last
+    step (probes/cudamem.py); None on CPU, where these figures do not exist."""
+    if not str(last.get("device") or device).startswith("cuda"):
+        return {"cache_free_bytes": None, "alloc_retries": None, "ooms": None,
+                "driver_minus_reserved_bytes": None}
+    ints = {k: last.get(k) if is_int(last.get(k)) else None for k in (
+        "allocated_bytes", "reserved_bytes", "driver_used_bytes", "alloc_retries", "ooms")}
+    frag = fragmentation(ints["allocated_bytes"], ints["reserved_bytes"],
+                         alloc_retries=ints["alloc_retries"], ooms=ints["ooms"])
+    return {"cache_free_bytes": frag.cached_free_bytes if frag else None,
+            "alloc_retries": ints["alloc_retries"], "ooms": ints["ooms"],
+            "allocator_hint": frag.hint if frag else None,
+            "driver_minus_reserved_bytes": driver_overhead_bytes(ints["driver_used_bytes"],
+                                                                 ints["reserved_bytes"]),
+            "driver_minus_reserved_note": "CUDA context, library workspaces (cuBLAS, cuDNN, "
+                                          "NCCL) and memory allocated outside PyTorch"}
 
 
 def build_report(run_dir: str | os.PathLike[str]) -> dict[str, Any]:

@@ -227,11 +227,19 @@ def render_markdown(r: dict[str, Any]) -> str:
         ["achieved FLOP/s", format_rate(res["achieved_flops_per_s"], "FLOP/s")],
         ["MFU", _pct(res["mfu"])],
     ]
+    if res.get("cache_free_bytes") is not None or res.get("alloc_retries") is not None:
+        results += [  # CUDA only (probes/cudamem.py)
+            ["cache free (reserved − allocated)", format_bytes(res.get("cache_free_bytes"))],
+            ["cudaMalloc retries / OOMs", f"{res.get('alloc_retries')} / {res.get('ooms')}"],
+            ["NVML − reserved (context, workspaces)",
+             format_bytes(res.get("driver_minus_reserved_bytes"))],
+        ]
     md += [table(["metric", "value"], results, right={1}), "",
            (f"Timing statistics over {res['stats_steps']} {res['stats_over']}. "
             if res["stats_steps"] else "No step was recorded to time. ") +
            f"{res['peaks_note']}. FLOPs/token: {res['flops_formula'] or 'unknown'}. "
-           f"MFU: {res['mfu_note']}.", ""]
+           f"MFU: {res['mfu_note']}." + (f" Allocator: {res['allocator_hint']}"
+                                         if res.get("allocator_hint") else ""), ""]
     led = r.get("ledger")
     md += ["## Memory ledger", ""]
     if led:

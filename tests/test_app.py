@@ -61,6 +61,9 @@ async def test_panes_update_pause_resume_and_quit_joins_the_trainer(make_app):
                        and len(app.panes["tokens"].history) >= 5, "history")
         assert app.panes["tokens"].spark_points > 0
         assert "RUNNING" in app.header_bar.text and "B4 T16" in app.header_bar.text
+        await pilot.press("m")  # a CPU run announces no memory_snapshot: said, not sent
+        await wait_for(pilot, lambda: any("need a CUDA run" in n.message
+                                          for n in app._notifications), "the m notice")
 
         await pilot.press("space")
         await wait_for(pilot, lambda: app.trainer.status.state == "paused", "paused")
@@ -103,6 +106,11 @@ async def test_help_screen_opens_and_closes(make_app):
         for words in ("heap in use", "heap held", "RSS", "empty_cache", "nvidia-smi",
                       "sampled"):
             assert words in text, words
+        from probes.records import HINTS
+
+        for hint in HINTS:  # every live hint is listed, the CUDA-only ones marked on CPU
+            assert hint.title in text, hint.name
+        assert "(CUDA only)" in text
         await pilot.press("escape")
         await wait_for(pilot, lambda: not isinstance(app.screen, HelpScreen), "help closed")
 

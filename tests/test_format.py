@@ -174,3 +174,18 @@ def test_downsample_max_keeps_spikes_and_bounds_points():
     assert fp.downsample_max([1.0, 2.0], 80) == [1.0, 2.0]
     assert fp.byte_unit(3 * 1024**3) == ("GiB", 1024.0**3)
     assert fp.byte_unit(300 * 1024**2)[0] == "MiB"
+
+
+def test_cuda_notes_show_cache_and_driver_overhead():
+    mib = 1 << 20
+    base = dict(step=9, time_s=1.0, loss=1.0, tokens_per_s=1.0, step_ms=1.0,
+                allocated_bytes=400 * mib, reserved_bytes=2048 * mib, peak_allocated_bytes=1,
+                driver_used_bytes=2600 * mib, host_rss_bytes=1, scale=None, skipped_steps=0,
+                amp="fp16", device="cuda:0", alloc_retries=2)
+    notes = f.cuda_notes(StepSample(**base))
+    assert notes["reserved"] == "cache free 1.6 GiB, 2 malloc retries"
+    assert notes["driver"] == "ctx+libs 552 MiB (NVML − reserved)"
+    cpu = f.cuda_notes(StepSample(**dict(base, device="cpu")))
+    assert cpu == {"reserved": None, "driver": None}
+    none = f.cuda_notes(StepSample(**dict(base, driver_used_bytes=None, alloc_retries=0)))
+    assert none == {"reserved": "cache free 1.6 GiB", "driver": None}

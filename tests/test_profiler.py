@@ -19,7 +19,8 @@ from probes.runfolder import create_run_dir, read_metrics
 from trainer.loop import Trainer
 
 ROW_KEYS = {"name", "calls", "self_cpu_us", "cpu_total_us", "self_device_us", "device_total_us",
-            "cpu_memory_bytes", "device_memory_bytes"}
+            "cpu_memory_bytes", "device_memory_bytes", "user_annotation",
+            "on_device"}
 
 
 class Watch(StepHook):
@@ -114,6 +115,7 @@ def test_window_table_agrees_with_key_averages(tiny_config):
     for row in rows:
         ref = averages[row["name"]]
         assert (row["calls"], row["cpu_memory_bytes"]) == (ref.count, ref.cpu_memory_usage)
+        assert row["user_annotation"] == bool(ref.is_user_annotation), row["name"]
         assert abs(row["self_cpu_us"] - ref.self_cpu_time_total) <= 1.0, row["name"]
     assert averages["ProfilerStep*"].count == 3  # exactly the active steps were recorded
 

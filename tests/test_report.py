@@ -7,6 +7,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import signal
 import statistics
 import subprocess
@@ -68,7 +69,8 @@ def test_every_run_ends_with_a_report_consistent_with_metrics(finished_run):
     assert report["warmup_steps"] == TINY["warmup_steps"]
     assert report["complete"] is True and report["incomplete_reasons"] == []
     rule = report["measurement"]["sync_rule"]
-    assert "loss.item()" in rule and "GradScaler.step" in rule  # not "the only host sync"
+    assert "loss, gradient norm and GradScaler scale" in rule and "fused AdamW" in rule
+    assert "GradScaler.step" in rule and ".item()" in rule  # not "the only host sync"
     assert "only" not in rule
     assert report["model"]["vocab"] == 256
 
@@ -222,7 +224,8 @@ def test_mfu_on_a_known_gpu_and_a_failed_run(tmp_path):
         rows.append({"step": step, "time_s": step * 0.01, "loss": 5.0 - step / 10,
                      "tokens_per_s": 1000.0 * step, "step_ms": 10.0 - step, "profiling": False,
                      "peak_allocated_bytes": 1000 + step, "reserved_bytes": 4096,
-                     "driver_used_bytes": 8192, "skipped_steps": max(0, step - 4)})
+                     "driver_used_bytes": 8192, "skipped_steps": max(0, step - 4),
+                     "allocated_bytes": 1000, "alloc_retries": 1, "ooms": 0})
     rows.append({"event": "error", "step": 6, "time_s": 0.07, "error_type": "OutOfMemoryError",
                  "message": "CUDA out of memory"})
     rows.append({"event": "run_finished", "step": 6, "time_s": 0.08, "reason": "failed"})
@@ -230,6 +233,9 @@ def test_mfu_on_a_known_gpu_and_a_failed_run(tmp_path):
     report = build_report(run_dir)
     res = report["results"]
     assert res["tokens_per_s_p50"] == 4500.0  # steps 3..6 after warmup 2
+    assert (res["cache_free_bytes"], res["alloc_retries"], res["ooms"]) == (3096, 1, 0)
+    assert res["driver_minus_reserved_bytes"] == 8192 - 4096
+    assert "retried" in res["allocator_hint"]
     flops = 6 * (params - TINY["block_size"] * TINY["dim"]) + \
         12 * TINY["layers"] * TINY["dim"] * TINY["seq_len"]
     assert res["device_peak_flops_per_s"] == 989e12
@@ -239,15 +245,28 @@ def test_mfu_on_a_known_gpu_and_a_failed_run(tmp_path):
     assert "OutOfMemoryError" in report["finding"] and "skipped" in report["finding"]
     assert report["software"]["source"].startswith("report time")
     write_report(run_dir)
-    assert "## Errors" in (run_dir / "report.md").read_text()
+    md = (run_dir / "report.md").read_text()
+    assert "## Errors" in md and re.search(r"\| cudaMalloc retries \/ OOMs +\| +1 \/ 0 \|", md)
 
 
 @pytest.mark.parametrize(("name", "figure"), [
     ("NVIDIA H100 80GB HBM3", 989e12), ("NVIDIA H100 PCIe", 756e12), ("NVIDIA H100 NVL", 835e12),
     ("NVIDIA H200", 989e12), ("NVIDIA H200 NVL", 835e12), ("NVIDIA GH200 480GB", 989e12),
-    ("NVIDIA A100-SXM4-80GB", 312e12), ("NVIDIA A10", 125e12), ("NVIDIA L4", 121e12)])
+    ("NVIDIA A100-SXM4-80GB", 312e12), ("NVIDIA A10", 125e12), ("NVIDIA L4", 121e12),
+    ("NVIDIA A100 80GB PCIe", 312e12), ("NVIDIA A800-SXM4-80GB", 312e12), ("NVIDIA H800", 989e12),
+    ("NVIDIA H800 PCIe", 756e12), ("Tesla T4", None), ("NVIDIA L40S", 362e12),
+    ("NVIDIA GeForce RTX 4090", 165e12), ("NVIDIA RTX A1000", None), ("NVIDIA RTX A1000 6GB", None),
+    ("NVIDIA L40", None), ("NVIDIA A10G", None), ("NVIDIA GeForce RTX 4090 D", None)])
 def test_peak_flops_picks_each_gpus_own_figure(name, figure):
     assert peak_flops(name, "bf16")[0] == figure
+
+
+def test_peak_flops_skips_mig_slices():
+    fig, why = peak_flops("NVIDIA A100-SXM4-40GB MIG 1g.5gb", "bf16")
+    assert fig is None and "MIG slice" in why
+    fig, why = peak_flops("NVIDIA H100 80GB HBM3", "fp16", mig=True)
+    assert fig is None and "MIG slice" in why
+    assert peak_flops("Tesla T4", "fp16")[0] == 65e12
 
 
 def _junk_run(tmp_path: Path, started: dict, extra: list, tail: str = "") -> Path:

@@ -154,12 +154,32 @@ def test_stop_while_paused_still_ends(tiny_config):
 
 
 def test_peak_is_reset_after_warmup(tiny_config):
+    import contextlib
+
+    import torch
+
+    class Spike(StepHook):
+        """A 64 MiB temporary inside step 2: a peak that only the steps before the reset see."""
+
+        @contextlib.contextmanager
+        def step_context(self, step):
+            yield  # after the step's compute, before its sample
+            if step == 2:
+                t = torch.ones(64 << 20, dtype=torch.uint8)
+                self.ctx.memory.observe_peak()
+                del t
+
     cfg = tiny_config(steps=6, warmup_steps=3)
-    _, sink, _, _ = _in_thread(lambda: run_trainer(cfg))
+    _, sink, _, _ = _in_thread(lambda: run_trainer(cfg, hooks=[Spike()]))
     peaks = [s.peak_allocated_bytes for s in sink.samples]
-    assert all(p is not None for p in peaks)
-    # the reset at step 3 starts the peak over from that step's end-of-step heap
-    assert peaks[2] == sink.samples[2].allocated_bytes < peaks[1]
+    step_peaks = [s.step_peak_allocated_bytes for s in sink.samples]
+    assert all(sp >= s.allocated_bytes for sp, s in zip(step_peaks, sink.samples, strict=True))
+    assert step_peaks[1] > step_peaks[0] + (60 << 20)  # the spike, in step 2's own peak
+    # before the reset (after warmup step 3) the run's peak is the max since the start; after
+    # it, the max of the per-step peaks since then: the spike has left it
+    assert peaks[:3] == [max(step_peaks[:i + 1]) for i in range(3)]
+    assert peaks[3:] == [max(step_peaks[3:i + 1]) for i in range(3, 6)]
+    assert peaks[3] < peaks[2] - (60 << 20)
     assert all(math.isfinite(s.loss) for s in sink.samples)
 
 

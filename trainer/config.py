@@ -63,6 +63,20 @@ def resolve_device(text: str) -> torch.device:
     raise ValueError(f"unknown device {text!r}; use auto, cpu, cuda or cuda:N")
 
 
+def bf16_problem(capability: tuple[int, int], name: str) -> str | None:
+    """Why bf16 autocast should not run on a GPU of this compute capability, or None.
+
+    bf16 tensor-core math starts with Ampere (sm 8.0). torch.cuda.is_bf16_supported() also says
+    True on older GPUs where bf16 is only emulated (slowly), and it asks the *current* device,
+    not the chosen one, so memtop checks the chosen device's capability itself.
+    """
+    major, minor = capability
+    if major >= 8:
+        return None
+    return (f"bf16 is not native on {name} (compute capability {major}.{minor}; bf16 needs "
+            "8.0 or newer and is only emulated, slowly, below it); use --amp fp16")
+
+
 def resolve_amp(amp: str, device: torch.device) -> str:
     """'auto' -> fp16 (+GradScaler) on CUDA, bf16 on CPU; checks the dtype works on the device."""
     import torch
@@ -71,9 +85,11 @@ def resolve_amp(amp: str, device: torch.device) -> str:
         raise ValueError(f"unknown amp mode {amp!r}; use one of {', '.join(AMP_MODES)}")
     if amp == "auto":
         return "fp16" if device.type == "cuda" else "bf16"
-    if amp == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
-        raise ValueError(f"bf16 is not supported on {torch.cuda.get_device_name(device)}; "
-                         "use --amp fp16")
+    if amp == "bf16" and device.type == "cuda" and torch.version.hip is None:
+        problem = bf16_problem(torch.cuda.get_device_capability(device),
+                               torch.cuda.get_device_name(device))
+        if problem:
+            raise ValueError(problem)
     return amp
 
 
@@ -103,6 +119,7 @@ class TrainConfig:
     leak_at: int | None = None  # start the leak demo at this step without a key press
     leak_stop_at: int | None = None  # and stop (fix) it at this step
     max_memory_bytes: int | None = None  # stop cleanly before the watched counter passes this
+    memory_history: bool = False  # CUDA: record allocations (Python stacks) for snapshots
     run_dir: str = "runs"  # where runs/<timestamp>-<id>/ folders are created
 
     def __post_init__(self) -> None:

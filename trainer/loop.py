@@ -36,6 +36,14 @@ AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 Sink = Callable[[Record], None]
 
 
+def use_fused_adamw(device: torch.device) -> bool:
+    """Fused AdamW on CUDA: one kernel for the update, and GradScaler hands it the found-inf
+    flag as a tensor instead of reading it with ``.item()`` (torch/amp/grad_scaler.py, step()),
+    so an fp16 step keeps a single host sync (the one read of loss, grad norm and scale). On
+    CPU the default (foreach) implementation stays: there is no device to wait for."""
+    return device.type == "cuda"
+
+
 class Trainer:
     """Builds the model on its own thread and trains it until ``steps`` or a stop request.
 
@@ -102,12 +110,16 @@ class Trainer:
         cfg = self.config
         mon: Monitor | None = None
         try:
-            device, amp = cfg.resolve()
+            device = cfg.torch_device
             if device.type == "cuda":
-                torch.cuda.set_device(device)  # the profiler's stop and checks use this device
+                # first: the profiler's stop, NVML and every torch.cuda call without a device
+                # argument use the current device (cuda:0 unless set), not the chosen one
+                torch.cuda.set_device(device)
+            amp = cfg.amp_mode  # bf16 checked on the chosen device's capability
             torch.manual_seed(cfg.seed)
             model = GPT(cfg.model_config()).to(device)
-            optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.1)
+            optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.1,
+                                          fused=use_fused_adamw(device))
             scaler = torch.amp.GradScaler(device.type) if amp == "fp16" else None
             batches = BatchSampler(load_corpus(), cfg.batch_size, cfg.seq_len, cfg.seed, device)
             gpt = model.config
@@ -120,7 +132,7 @@ class Trainer:
                 model_shape=GPTShape(gpt.n_layer, gpt.n_head, gpt.n_embd, gpt.attention,
                                      gpt.block_size, gpt.vocab_size),
                 config=cfg.to_json(),
-                non_finite="fail",
+                non_finite="fail", memory_history=cfg.memory_history,
                 requests={"leak_start": lambda step: self._leak(step, start=True),
                           "leak_stop": lambda step: self._leak(step, start=False)})
             self.monitor = mon

@@ -29,6 +29,7 @@ from probes.runstate import RunState
 from tui.app_actions import AppActions
 from tui.format import (
     PANE_KINDS,
+    cuda_notes,
     fit,
     header_text,
     leak_demo_text,
@@ -73,6 +74,7 @@ class MemtopApp(AppActions, App[int]):
         Binding("o", "sort", "sort"),
         Binding("v", "view", "view"),
         Binding("x", "stop_run", "stop run", show=False),
+        Binding("m", "snapshot", "snapshot", show=False),
         Binding("question_mark", "help", "help"),
         Binding("q", "request_quit", "quit"),
         Binding("ctrl+q", "request_quit", "quit", show=False, priority=True),
@@ -233,6 +235,8 @@ class MemtopApp(AppActions, App[int]):
         self.last_sample = last
         if last.scale is not None:
             self.panes["scale"].set_note(f"skipped steps {last.skipped_steps}")
+        for pane_id, note in cuda_notes(last).items():  # None on CPU: the range line stays
+            self.panes[pane_id].set_note(note)
         label = throughput_label(last)
         if label != self.panes["tokens"].label:
             self.panes["tokens"].relabel(label, label)
@@ -348,6 +352,11 @@ class MemtopApp(AppActions, App[int]):
                 f"TRAINING FAILED at step {event.step}: {d.get('error_type', 'Error')}: "
                 f"{d.get('message', '')}\nthe last samples stay on screen; the traceback is in "
                 f"{self.run_dir / 'metrics.jsonl'}; q quits")
+        elif name == R.MEMORY_SNAPSHOT:
+            self.notify(f"memory snapshot: {event.summary()}", timeout=6,
+                        severity="error" if d.get("error") else "information")
+        elif name == R.HINT:  # each kind once a run (probes/hints.py): worth a long toast
+            self.notify(f"{d.get('title')}: {d.get('why')}", title="hint", timeout=10)
         elif name == R.MEMORY_GUARD:
             self.error_banner.show_message(
                 f"memory guard stopped the run at step {event.step}: {d.get('counter')} would "

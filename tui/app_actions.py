@@ -109,6 +109,18 @@ class AppActions:
         self.send(self._pause_pending)
         self.update_header()
 
+    def action_snapshot(self: Any) -> None:
+        """`m`: a CUDA memory snapshot into the run folder, written by the training thread at
+        the next step boundary (the UI only sends the request)."""
+        if self._run_over():
+            return
+        if not self.can("memory_snapshot"):
+            self.notify("memory snapshots need a CUDA run (torch.cuda.memory._snapshot)",
+                        timeout=4)
+            return
+        self.send("memory_snapshot")
+        self.notify("memory snapshot requested (next step boundary)", timeout=3)
+
     def action_stop_run(self: Any) -> None:
         """`x`: stop the run itself (a viewer's way; asks first)."""
         if self._run_over():

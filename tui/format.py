@@ -94,6 +94,23 @@ def sample_values(sample: Any) -> dict[str, float | None]:
     }
 
 
+def cuda_notes(sample: Any) -> dict[str, str | None]:
+    """The CUDA-only figures under the reserved and driver panes (None on CPU): the cache's free
+    bytes with cudaMalloc retries, and NVML − reserved (context and libraries, probes/cudamem)."""
+    if not str(getattr(sample, "device", "")).startswith("cuda"):
+        return {"reserved": None, "driver": None}
+    alloc, resv = sample.allocated_bytes, sample.reserved_bytes
+    cache = None
+    if alloc is not None and resv is not None:
+        retries = getattr(sample, "alloc_retries", None)
+        cache = f"cache free {format_bytes(max(0, resv - alloc))}" + (
+            f", {retries} malloc retries" if retries else "")
+    driver = None
+    if sample.driver_used_bytes is not None and resv is not None:
+        driver = f"ctx+libs {format_bytes(sample.driver_used_bytes - resv)} (NVML − reserved)"
+    return {"reserved": cache, "driver": driver}
+
+
 def _finite_or_none(x: float | None) -> float | None:
     if x is None or not math.isfinite(x):
         return None

@@ -63,9 +63,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
          type=int_arg)
     _opt(g, "--grad-clip", "grad_clip", "max gradient norm (unscaled); 0 disables clipping",
          type=float, metavar="NORM")
-    _opt(g, "--max-memory", "max_memory_bytes", "stop cleanly before the watched counter "
-         "(device allocated on CUDA, process RSS on CPU) passes SIZE, e.g. 6GiB",
-         type=size_arg, metavar="SIZE")
+    _opt(g, "--max-memory", "max_memory_bytes", "stop cleanly before a watched counter "
+         "(CUDA: the step's peak allocated or reserved; CPU: process RSS) would pass SIZE, "
+         "e.g. 6GiB", type=size_arg, metavar="SIZE")
+    _opt(g, "--memory-history", "memory_history", "CUDA: record allocations with Python "
+         "stacks (µs per allocation) so an OOM snapshot shows who allocated",
+         action="store_true")
     g = p.add_argument_group("profiler window")
     _opt(g, "--profile-wait", "profile_wait", "steps the window waits before warming up",
          type=int_arg)

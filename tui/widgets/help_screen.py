@@ -9,6 +9,8 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from probes.records import HINTS
+
 KEYS = (
     ("p", "profiler window (wait, warmup, active steps), then the top-ops table; "
           "p during a window cancels it"),
@@ -16,6 +18,8 @@ KEYS = (
     ("space", "pause / resume at the next step boundary"),
     ("r", "write report.md + report.json now"),
     ("s", "save an SVG screenshot into the run folder"),
+    ("m", "CUDA: memory snapshot into the run folder for pytorch.org/memory_viz (state only "
+          "unless --memory-history)"),
     ("o", "change the top-ops sort column"),
     ("v", "chart / top ops / ledger (terminals under 100 columns)"),
     ("?", "this help (esc closes)"),
@@ -40,11 +44,19 @@ CUDA_COUNTERS = (
     "[b]reserved[/b]: bytes the caching allocator holds from the driver (memory_reserved), "
     "always ≥ allocated. Freed tensors return their blocks to this cache, not to the driver, so "
     "reserved stays high after a peak: that is reuse, not a leak.",
-    "[b]peak allocated[/b]: max_memory_allocated since the reset after warmup, the high-water "
-    "mark that decides whether a bigger batch fits.",
+    "[b]peak allocated[/b]: the allocator's high-water mark, reset at the start of every step "
+    "(that step's peak is what an OOM runs into; --max-memory watches it and reserved); the "
+    "pane shows the largest step peak since warmup, the mark that decides whether a bigger "
+    "batch fits. All three come from one memory_stats read per step.",
     "[b]NVML used[/b]: what the driver says this process uses, the number nvidia-smi shows: "
     "reserved plus the CUDA context and library workspaces (cuBLAS, cuDNN). Read every 0.5 s on "
-    "its own thread (each step shows the latest reading); n/a when NVML is missing.",
+    "its own thread (each step shows the latest reading); n/a when NVML is missing or cannot "
+    "be matched to this CUDA device by UUID (memtop never guesses by index).",
+    "[b]NVML used − reserved[/b]: memory outside PyTorch's cache: the CUDA context (a few "
+    "hundred MiB), cuBLAS/cuDNN workspaces, NCCL buffers, other libraries' allocations.",
+    "[b]reserved − allocated[/b]: the cache's free blocks. Large against allocated, or with "
+    "cudaMalloc retries, it is fragmentation; PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
+    "lets segments grow in place instead.",
 )
 
 CPU_COUNTERS = (
@@ -80,6 +92,15 @@ COMMON = (
     "raises the banner and marks the pane that grew. Usual causes: losses.append(loss) (log "
     "loss.item() instead), outputs kept on the device (move them off with .cpu() or drop them).",
 )
+
+
+def hints_text(device_type: str) -> str:
+    """The live hints (probes/records.py HINTS), those that cannot appear here marked so."""
+    lines = ["[b]Live hints[/b] (each shown once a run, and logged as a hint event):"]
+    for h in HINTS:
+        where = "" if h.devices == "any" or device_type == "cuda" else " (CUDA only)"
+        lines.append(f"• [b]{h.title}[/b]{where}: {h.why}")
+    return "\n".join(lines)
 
 
 class HelpScreen(ModalScreen[None]):
@@ -119,6 +140,7 @@ class HelpScreen(ModalScreen[None]):
                 yield Static(f"counters read from: {self.counters}", markup=False)
             for text in (*counters, *COMMON):
                 yield Static(text)
+            yield Static(hints_text(self.device_type))
 
     def on_mount(self) -> None:
         self.query_one("#help-body").focus()
