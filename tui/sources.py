@@ -113,9 +113,12 @@ class FolderSource(RunSource):
     """A run folder on disk, followed as long as another process writes it."""
 
     def __init__(self, run_dir: str | os.PathLike[str], keep_last: int = 512,
-                 chart_points: int = 2048) -> None:
+                 chart_points: int = 2048, expected_ranks: int | None = None) -> None:
         self.run_dir = check_run_folder(run_dir)
         self.config = _read_config(self.run_dir)
+        nproc = self.config.get("nproc")
+        # ranks whose files may still appear (they start at different times)
+        self.expected_ranks = expected_ranks or (nproc if isinstance(nproc, int) else 1)
         self.keep_last, self.chart_points = keep_last, chart_points
         self.followers: dict[int | None, Follower] = {}
         self.bad = 0
@@ -145,9 +148,11 @@ class FolderSource(RunSource):
         return self._history
 
     def poll(self) -> list[Record]:
-        if not self.followers:  # the run had not written its metrics yet when we opened
+        if len(self.followers) < self.expected_ranks or not self.followers:
+            # the run (or some of its ranks) had not written its metrics yet when we opened
             for rank, path in metrics_files(self.run_dir).items():
-                self.followers[rank] = Follower(path)
+                if rank not in self.followers:
+                    self.followers[rank] = Follower(path)
         out: list[Record] = []
         self.bad = self._history_bad + sum(f.bad for f in self.followers.values())
         for rank, follower in self.followers.items():
@@ -160,7 +165,8 @@ class FolderSource(RunSource):
 
     @property
     def finished(self) -> bool:
-        return bool(self.followers) and set(self.followers) <= self._finished_ranks
+        return (bool(self.followers) and len(self.followers) >= self.expected_ranks
+                and set(self.followers) <= self._finished_ranks)
 
     @property
     def gone(self) -> bool:
