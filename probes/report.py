@@ -17,6 +17,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from probes.report_ranks import ranks_section
 from probes.report_read import (
     LEAK_EVENTS,
     ReportError,
@@ -25,7 +26,6 @@ from probes.report_read import (
     read_config,
     read_rows,
 )
-from probes.report_ranks import ranks_section
 from probes.report_text import finding, render_markdown
 from probes.runfolder import metrics_files, write_json
 from probes.sysinfo import host_info

@@ -64,7 +64,7 @@ def ranks_section(run_dir: Path, files: dict[int | None, Path], config: dict[str
 
 def _spread(values: list[Any]) -> dict[str, float | None]:
     s = spread([v for v in values if isinstance(v, (int, float))])
-    return dict(zip(("min", "median", "max"), s)) if s else \
+    return dict(zip(("min", "median", "max"), s, strict=True)) if s else \
         {"min": None, "median": None, "max": None}
 
 

@@ -18,7 +18,6 @@ import contextlib
 import ctypes
 import errno
 import json
-import math
 import os
 import signal
 import socket
@@ -30,6 +29,7 @@ from pathlib import Path
 
 from probes.control_socket import NotLive
 from probes.control_socket import request as send_request
+from probes.ranks import agree_step
 from probes.runfolder import TORCHRUN_LOG, socket_name
 from trainer.config import TrainConfig
 
@@ -139,18 +139,6 @@ class RankLaunch:
         return ""
 
     # ending ------------------------------------------------------------------------------------
-    def ping_all(self) -> list[dict | None]:
-        """Each rank's ping answer (step, paused, pid), None for a rank not listening (yet)."""
-        out: list[dict | None] = []
-        for rank in range(self.nproc):
-            try:
-                answer = send_request(self.run_dir / socket_name(rank), {"request": "ping"},
-                                      timeout_s=1.0)
-            except NotLive:
-                answer = None
-            out.append(answer if answer and answer.get("ok") else None)
-        return out
-
     def request_all(self, kind: str, at_step: int | None, reason: str | None = None) \
             -> str | None:
         """The same request for the same step to every rank's socket; None, or why not."""
@@ -170,22 +158,6 @@ class RankLaunch:
                 errors.append(f"rank {rank}: {answer.get('error')}")
         return "; ".join(errors) or None
 
-    def agree_step(self, step_ms: float | None) -> tuple[int | None, str | None]:
-        """A step every rank can still act before: the furthest rank's step plus about
-        STOP_LEAD_S of steps (at least 3). (None, None) when all ranks wait paused at the same
-        boundary; (None, why) when some rank cannot be reached."""
-        answers = self.ping_all()
-        missing = [r for r, a in enumerate(answers) if a is None]
-        if missing:
-            return None, f"rank {missing[0]} does not answer"
-        steps = [int(a.get("step") or 0) for a in answers if a is not None]
-        if all(a.get("paused") for a in answers if a is not None) and len(set(steps)) == 1:
-            return None, None
-        lead = 3
-        if step_ms and step_ms > 0:
-            lead = max(3, math.ceil(STOP_LEAD_S * 1000.0 / step_ms))
-        return max(steps) + lead, None
-
     def stop(self, reason: str, step_ms: float | None = None) -> None:
         """End the run with every rank at the same step boundary, off the caller's thread.
 
@@ -203,7 +175,7 @@ class RankLaunch:
     def _stop(self, reason: str, step_ms: float | None) -> None:
         if not self.running:
             return
-        at_step, why_not = self.agree_step(step_ms)
+        at_step, why_not = agree_step(self.run_dir, range(self.nproc), step_ms, STOP_LEAD_S)
         if why_not is None:
             self.stop_step = at_step
             why_not = self.request_all("stop", at_step, reason)

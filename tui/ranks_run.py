@@ -12,19 +12,26 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from probes.ranks import failure_text, rank_ends, read_process_exits
 from probes.records import Record, StepSample
 from probes.runfolder import TORCHRUN_LOG, metrics_files
 from trainer.config import TrainConfig
-from trainer.launch import RankLaunch, rank_threads
-from tui.headless import EXIT_SIGINT, EXIT_SIGTERM, HeadlessPrinter, format_event_line, \
-    format_step_line
+from trainer.launch import KILL_GRACE_S, RankLaunch, rank_threads
+from tui.headless import (
+    EXIT_SIGINT,
+    EXIT_SIGTERM,
+    HeadlessPrinter,
+    format_event_line,
+    format_step_line,
+)
 from tui.run_end import say
 
 POLL_S = 0.2
+START_TIMEOUT_S = 180.0  # until a rank has written its first row (imports, rendezvous)
 
 
 class RankPrinter(HeadlessPrinter):
@@ -137,6 +144,100 @@ def run_ranks_headless(config: TrainConfig, run_dir: Path, log_every: int = 10,
     return 1 if failed else 0
 
 
+class LaunchEnd:
+    """How a dashboard over launched ranks ends (the app's ``ending``, as RunEnd is for one
+    trainer thread): q stops every rank at one agreed step, waits for torchrun, and writes
+    one report for all ranks."""
+
+    def __init__(self, launch: RankLaunch, source: Any) -> None:
+        self.launch = launch
+        self.source = source
+        self.run_dir = launch.run_dir
+        self.finished = False
+        self.report_path: Path | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def control(self) -> LaunchEnd:
+        return self  # the app calls ending.control.stop() when it goes away
+
+    def stop(self, reason: str = "stopped by user") -> None:
+        if self.launch.running:
+            self.launch.stop(reason, self.source.step_ms)
+
+    def stop_in_background(self, reason: str, then: Callable[[], None]) -> None:
+        self.stop(reason)
+
+        def wait_and_finish() -> None:
+            self.launch.wait()
+            self.finish()
+            then()
+
+        threading.Thread(target=wait_and_finish, name="memtop-quit", daemon=True).start()
+
+    def finish(self) -> Path | None:
+        from tui.finish import finish_run
+
+        with self._lock:
+            if not self.finished:
+                self.report_path = finish_run(self.run_dir, None) if metrics_files(
+                    self.run_dir) else None
+                self.finished = True
+        return self.report_path
+
+    def exit_code(self) -> int:
+        code = self.launch.poll()
+        if code is None:
+            return 0
+        return 1 if end_lines(self.run_dir, code)[1] else 0
+
+    def shutdown(self, timeout_s: float, out: TextIO | None = None) -> None:
+        self.stop()
+        if self.launch.wait(min(0.5, timeout_s)) is None:
+            say(out, f"memtop: waiting up to {timeout_s:g} s for the {self.launch.nproc} ranks "
+                     "to stop at the same step…")
+            if self.launch.wait(timeout_s) is None:
+                self.launch.terminate()
+                say(out, "memtop: asked torchrun to end the ranks (SIGTERM)…")
+                self.launch.wait(KILL_GRACE_S + 5)
+        if not self.launch.running:
+            self.finish()
+            for line in end_lines(self.run_dir, self.launch.poll())[0]:
+                say(out, line)
+
+
 def run_ranks_dashboard(config: TrainConfig, run_dir: Path) -> int:
     """The viewer app over the ranks' folder in this process; q ends every rank together."""
-    raise NotImplementedError
+    from tui.app import MemtopApp
+    from tui.dashboard_run import SHUTDOWN_WAIT_S, quit_on_signals, stderr_to_file
+    from tui.sources import LaunchSource
+
+    launch = RankLaunch(config, run_dir)
+    say(sys.stdout, f"memtop: starting {config.nproc} ranks through torch.distributed.run "
+                    f"(run folder {run_dir})…")
+    launch.start()
+    try:
+        started = launch.wait_started(START_TIMEOUT_S)
+    except KeyboardInterrupt:
+        started = False
+    if not started:
+        launch.terminate()
+        launch.wait(KILL_GRACE_S + 5)
+        lines, _ = end_lines(run_dir, launch.poll())
+        for line in lines or [f"memtop: the ranks did not start; see {run_dir / TORCHRUN_LOG}"]:
+            say(sys.stdout, line)
+        return 1
+    source = LaunchSource(launch)
+    ending = LaunchEnd(launch, source)
+    app = MemtopApp(source, ending=ending, device_type=source.device_type)
+    with stderr_to_file(Path(run_dir) / "stderr.log"), quit_on_signals(app):
+        try:
+            app.run()
+        finally:
+            app.shutdown(SHUTDOWN_WAIT_S, out=sys.stdout)
+    say(sys.stdout, f"memtop: run folder {run_dir}")
+    if app.report_path is not None:
+        say(sys.stdout, f"memtop: report {app.report_path}")
+    if app.quit_signal is not None:
+        return 128 + app.quit_signal
+    return ending.exit_code()

@@ -18,6 +18,7 @@ from typing import Any
 from probes.control import REQUESTS, Request, RunControl
 from probes.control_socket import NotLive
 from probes.control_socket import request as send_request
+from probes.ranks import agree_step
 from probes.records import Record, StepSample, record_from_json
 from probes.ring import Ring
 from probes.runfolder import (
@@ -125,6 +126,7 @@ class FolderSource(RunSource):
         self._history_bad = 0
         self.not_live: str | None = None  # why requests cannot be sent, once known
         self._finished_ranks: set[int | None] = set()
+        self.step_ms: float | None = None  # the last step's time (how far ahead to agree)
         self._history: tuple[list[Record], list[StepSample]] = ([], [])
 
     def start(self) -> None:
@@ -159,6 +161,8 @@ class FolderSource(RunSource):
             rows = follower.poll()
             for r in _records(rows):
                 out.append(r)
+                if isinstance(r, StepSample):
+                    self.step_ms = r.step_ms
                 if getattr(r, "event", None) == "run_finished":
                     self._finished_ranks.add(rank)
         return out
@@ -197,13 +201,20 @@ class FolderSource(RunSource):
             return f"unknown request {kind!r}"
         if self.finished:
             return "the run has finished"
+        sockets = self.sockets()
+        if len(sockets) > 1 and at_step is None and kind != "resume":
+            # several ranks: all act before the same future step (a rank that stops or pauses
+            # a step early leaves the others waiting in the gradient all-reduce)
+            at_step, why_not = agree_step(self.run_dir, list(self.followers), self.step_ms)
+            if why_not is not None:
+                return f"not live: {why_not}"
         payload: dict[str, Any] = {"request": kind, "source": f"viewer pid {os.getpid()}"}
         if at_step is not None:
             payload["at_step"] = at_step
         if reason:
             payload["reason"] = reason
         errors = []
-        for path in self.sockets():
+        for path in sockets:
             try:
                 answer = send_request(path, payload)
             except NotLive as exc:
@@ -226,6 +237,54 @@ class FolderSource(RunSource):
     def close(self) -> None:
         for f in self.followers.values():
             f.close()
+
+
+class LaunchSource(FolderSource):
+    """The folder of ranks this process launched (`memtop train --nproc N`): followed like a
+    viewer's, live while torchrun runs; once it has ended, ``failure`` says which rank failed
+    and why (probes/ranks.py)."""
+
+    def __init__(self, launch: Any) -> None:
+        super().__init__(launch.run_dir, expected_ranks=launch.nproc)
+        self.launch = launch
+        self.failure: str | None = None
+        self._ended = False
+        self.start()
+
+    @property
+    def device_type(self) -> str:
+        started = next((r for r in self._history[0] if getattr(r, "event", None)
+                        == "run_started"), None)
+        device = str(started.data.get("device", "")) if started is not None else ""
+        want = str(self.config.get("device") or "")
+        return "cuda" if device.startswith("cuda") or want.startswith("cuda") else "cpu"
+
+    def start(self) -> None:
+        if not self.followers:
+            super().start()
+
+    def poll(self) -> list[Record]:
+        out = super().poll()
+        if not self._ended and not self.launch.running:
+            self._ended = True
+            out += super().poll()  # what the ranks wrote last
+            from probes.ranks import failure_text, rank_ends, read_process_exits
+
+            self.failure = failure_text(rank_ends(self.run_dir),
+                                        read_process_exits(self.run_dir))
+        return out
+
+    @property
+    def live(self) -> bool:
+        return self.launch.running and not self.finished
+
+    @property
+    def note(self) -> str | None:
+        base = super().note
+        if not self.launch.running:
+            code = self.launch.poll()
+            return "; ".join(x for x in (base, f"torchrun ended ({code})") if x)
+        return base
 
 
 def _records(rows: list[dict[str, Any]]) -> list[Record]:
