@@ -76,11 +76,18 @@ def _launch(tmp_path: Path) -> subprocess.Popen:
                             stdin=subprocess.DEVNULL)
 
 
-def test_two_ranks_write_their_own_rows_and_one_report(tmp_path):
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    """`memtop train --headless --nproc 2 --steps 40` once for the tests that read it."""
+    root = tmp_path_factory.mktemp("ranks") / "runs"
     res = run_cli("train", "--headless", "--nproc", "2", "--steps", "40", "--run-dir",
-                  str(tmp_path / "runs"), *TINY_ARGS, timeout=DEADLINE_S)
+                  str(root), *TINY_ARGS, timeout=DEADLINE_S)
+    return res, _run_folder(root)
+
+
+def test_two_ranks_write_their_own_rows_and_one_report(finished_run):
+    res, run = finished_run
     assert res.returncode == 0, res.stdout + res.stderr
-    run = _run_folder(tmp_path / "runs")
     names = sorted(p.name for p in run.iterdir())
     assert "metrics.jsonl" not in names and names.count("config.json") == 1
     for rank in (0, 1):
@@ -95,8 +102,23 @@ def test_two_ranks_write_their_own_rows_and_one_report(tmp_path):
     assert report["ranks"]["global_batch"] == {**report["ranks"]["global_batch"],
                                                "ranks": 2, "sequences": 4, "tokens": 64}
     assert "## Ranks" in (run / "report.md").read_text()
-    listed = run_cli("runs", str(tmp_path / "runs"))
+    listed = run_cli("runs", str(run.parent))
     assert "cpu x2" in listed.stdout and "finished" in listed.stdout
+
+
+async def test_dashboard_shows_both_ranks_side_by_side_at_80x24(finished_run):
+    from tests.conftest import wait_for
+    from tui.app import MemtopApp
+
+    _, run = finished_run
+    app = MemtopApp.for_folder(run)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: "slowest: rank" in app.rank_table.text, "the rank table")
+        lines = app.rank_table.text.splitlines()
+        assert [ln.split()[0] for ln in lines[1:3]] == ["0", "1"]
+        assert app.rank_table.region.height >= len(lines)  # all of it on screen
+        assert app.last_sample.rank == 0 and app.last_sample.step == 40  # panes: rank 0
+        await pilot.press("q")
 
 
 def test_profile_window_on_both_ranks_at_one_step_then_sigint_stops_all(tmp_path):
