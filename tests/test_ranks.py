@@ -226,3 +226,20 @@ def test_rank_table_fits_80x24_for_2_to_8_ranks():
         assert f"slowest: rank {n - 1}" in text and f"highest peak: rank {n - 1}" in text
         assert "LEAK suspected on rank 1" in text
         assert all(f"\n{k:>6} " in text for k in range(n))
+
+
+def test_the_rank_that_raised_is_named_not_the_peer_left_waiting():
+    from probes.ranks import ProcessExit, RankEnd, failure_text, process_exits
+
+    peer = RankEnd(0, 12, 12, "failed", "RuntimeError: [gloo] Connection closed by peer", 13,
+                   100, 0)
+    raised = RankEnd(1, 12, 12, "failed", "ValueError: bad batch", 13, 101, 0)
+    ok = RankEnd(2, 12, 12, "finished", None, None, 102, 0)
+    text = failure_text([peer, raised, ok], {})
+    assert text.startswith("rank 1 failed at step 13: ValueError: bad batch")
+    assert "rank 0 stopped with it" in text and "rank 2" not in text
+    assert failure_text([ok], {}) is None
+    log = ("Root Cause (first observed failure):\n[0]:\n  time      : 2026-12-01_19:50:00\n"
+           "  host      : box\n  rank      : 1 (local_rank: 1)\n  exitcode  : -9 (pid: 7)\n"
+           "  error_file: <N/A>\n  traceback : Signal 9 (SIGKILL) received by PID 7\n")
+    assert process_exits(log) == {1: ProcessExit(1, -9, "Signal 9 (SIGKILL) received by PID 7")}

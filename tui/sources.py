@@ -163,6 +163,10 @@ class FolderSource(RunSource):
                 out.append(r)
                 if isinstance(r, StepSample):
                     self.step_ms = r.step_ms
+                elif getattr(r, "event", None) == "run_started":
+                    world = r.data.get("world_size")  # ranks of other nodes may come later
+                    if isinstance(world, int) and world > self.expected_ranks:
+                        self.expected_ranks = world
                 if getattr(r, "event", None) == "run_finished":
                     self._finished_ranks.add(rank)
         return out
