@@ -102,6 +102,7 @@ class MemtopApp(AppActions, App[int]):
         self.ranks_mode = getattr(source, "expected_ranks", 1) > 1 or len(
             getattr(source, "followers", {})) > 1
         self.views = VIEWS + (("ranks",) if self.ranks_mode else ())
+        self._failure_shown = False
         self.view = "ranks" if self.ranks_mode else "chart"
         self._init_actions()
 
@@ -333,9 +334,15 @@ class MemtopApp(AppActions, App[int]):
 
     def _check_failed(self) -> None:
         failure = getattr(self.source, "failure", None)
-        if failure and not self.error_banner.shown:
+        if failure and not self._failure_shown:  # the cause, over a peer's consequence
+            self._failure_shown = True
             self.error_banner.show_message(f"RUN FAILED: {failure}\nthe other ranks' files are "
                                            "complete; q quits")
+            rank = getattr(self.source, "failure_rank", None)
+            row = self.rank_table.rows.get(rank) if rank is not None else None
+            if rank is not None and (row is None or not row.failed):
+                why = failure.split("; then")[0].removeprefix(f"rank {rank} ")
+                self.rank_table.set_failed(rank, why)
         st = self.run_state
         if st.state == "failed" and not self.error_banner.shown:
             self.error_banner.show_message(f"TRAINING FAILED at step {st.step}: {st.error}\n"

@@ -251,7 +251,8 @@ class LaunchSource(FolderSource):
     def __init__(self, launch: Any) -> None:
         super().__init__(launch.run_dir, expected_ranks=launch.nproc)
         self.launch = launch
-        self.failure: str | None = None
+        self.failure: str | None = None  # which rank failed and why, once torchrun has ended
+        self.failure_rank: int | None = None
         self._ended = False
         self.start()
 
@@ -272,10 +273,12 @@ class LaunchSource(FolderSource):
         if not self._ended and not self.launch.running:
             self._ended = True
             out += super().poll()  # what the ranks wrote last
-            from probes.ranks import failure_text, rank_ends, read_process_exits
+            from probes.ranks import failed_rank, failure_text, rank_ends, read_process_exits
 
-            self.failure = failure_text(rank_ends(self.run_dir),
-                                        read_process_exits(self.run_dir))
+            ends, exits = rank_ends(self.run_dir), read_process_exits(self.run_dir)
+            self.failure = failure_text(ends, exits)
+            culprit = failed_rank(ends, exits)
+            self.failure_rank = culprit.rank if culprit is not None else None
         return out
 
     @property

@@ -79,7 +79,7 @@ def highlights(rows: list[RankRow]) -> list[str]:
         if r.leak:
             out.append(f"LEAK suspected on rank {r.rank} ({r.leak})")
         if r.failed:
-            out.append(f"rank {r.rank} FAILED: {r.failed}")
+            out.append(f"rank {r.rank} FAILED: {' '.join(r.failed.split())}")
     return out
 
 
@@ -104,7 +104,7 @@ def rank_table_lines(rows: list[RankRow], width: int, height: int) -> list[str]:
             return _row(label, cells, "", width)
 
         spread_rows = [stat(min, "min"), stat(statistics.median, "median"), stat(max, "max")]
-    notes = highlights(rows)
+    notes = [fit(n, width) for n in highlights(rows)]
     room = height - len(lines)
     if room >= len(spread_rows) + len(notes):
         return lines + spread_rows + notes
