@@ -27,6 +27,7 @@ from probes.records import Event, Record, StepSample
 from probes.ring import Ring
 from probes.runstate import RunState
 from tui.app_actions import AppActions
+from tui.app_ranks import RanksView
 from tui.format import (
     PANE_KINDS,
     fit,
@@ -56,7 +57,7 @@ CHART_EVERY_S = 5.0  # plotext rebuilds cost ~30 ms: rarely
 VIEWS = ("chart", "ops", "ledger")
 
 
-class MemtopApp(AppActions, App[int]):
+class MemtopApp(RanksView, AppActions, App[int]):
     """One run's dashboard. Build with :meth:`for_run` (train) or :meth:`for_folder` (view)."""
 
     CSS_PATH = "memtop.tcss"
@@ -241,27 +242,6 @@ class MemtopApp(AppActions, App[int]):
         if samples:
             self._take_samples(samples)
 
-    def _take_rank(self, record: Record) -> None:
-        """Every rank's records feed the rank table; another rank's failure takes the banner."""
-        table = self.rank_table
-        if isinstance(record, StepSample):
-            table.push(record)
-            return
-        d, name = record.data, record.event
-        if name == R.LEAK_SUSPECTED:
-            table.set_leak(record.rank, str(d.get("counter")))
-        elif name == R.LEAK_CLEARED:
-            table.set_leak(record.rank, None)
-        elif name == R.RUN_FINISHED:
-            table.set_finished(record.rank)
-        elif name == R.ERROR:
-            what = f"{d.get('error_type', 'Error')}: {d.get('message', '')}"
-            table.set_failed(record.rank, f"step {record.step}: {what}")
-            if record.rank != 0:
-                self.error_banner.show_message(
-                    f"RANK {record.rank} FAILED at step {record.step}: {what}\nthe other ranks "
-                    "stop with it (torch.distributed.run); q quits")
-
     def _take_samples(self, samples: list[StepSample]) -> None:
         rows = [sample_values(s) for s in samples]
         for pane_id, pane in self.panes.items():
@@ -333,16 +313,7 @@ class MemtopApp(AppActions, App[int]):
         self.status_line.show(fit(" " + " │ ".join(parts), width))
 
     def _check_failed(self) -> None:
-        failure = getattr(self.source, "failure", None)
-        if failure and not self._failure_shown:  # the cause, over a peer's consequence
-            self._failure_shown = True
-            self.error_banner.show_message(f"RUN FAILED: {failure}\nthe other ranks' files are "
-                                           "complete; q quits")
-            rank = getattr(self.source, "failure_rank", None)
-            row = self.rank_table.rows.get(rank) if rank is not None else None
-            if rank is not None and (row is None or not row.failed):
-                why = failure.split("; then")[0].removeprefix(f"rank {rank} ")
-                self.rank_table.set_failed(rank, why)
+        self._show_rank_failure()
         st = self.run_state
         if st.state == "failed" and not self.error_banner.shown:
             self.error_banner.show_message(f"TRAINING FAILED at step {st.step}: {st.error}\n"
