@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from probes.cudamem import driver_overhead_bytes, fragmentation
+from probes.report_ranks import ranks_section
 from probes.report_read import (
     LEAK_EVENTS,
     ReportError,
@@ -29,7 +30,7 @@ from probes.report_read import (
     read_rows,
 )
 from probes.report_text import finding, render_markdown
-from probes.runfolder import write_json
+from probes.runfolder import metrics_files, write_json
 from probes.sysinfo import host_info
 
 REPORT_VERSION = 1
@@ -268,9 +269,10 @@ def _build_report(run_dir: Path) -> dict[str, Any]:
         raise ReportError(f"{run_dir} does not exist")
     if not run_dir.is_dir():
         raise ReportError(f"{run_dir} is not a folder")
-    metrics = run_dir / "metrics.jsonl"
-    if not metrics.is_file():
+    files = metrics_files(run_dir)
+    if not files:
         raise ReportError(f"{run_dir} has no metrics.jsonl: not a memtop run folder")
+    metrics = next(iter(files.values()))  # metrics.jsonl, or rank 0's file under several ranks
     config = read_config(run_dir)
     rows = read_rows(metrics)
     steps, events = rows["steps"], rows["events"]
@@ -284,12 +286,18 @@ def _build_report(run_dir: Path) -> dict[str, Any]:
     ledger = ledgers[-1] if ledgers else None
     reasons = []
     if finished is None:
-        reasons.append("no run_finished row: the run was killed, crashed hard, or is still going")
+        reasons.append(f"no run_finished row in {metrics.name}: the run was killed, crashed "
+                       "hard, or is still going")
     if rows["truncated"]:
-        reasons.append("the last line of metrics.jsonl is cut short (killed while writing)")
+        reasons.append(f"the last line of {metrics.name} is cut short (killed while writing)")
     bad_inside = rows["bad"] - (1 if rows["truncated"] and rows["bad"] else 0)
     if bad_inside > 0:
-        reasons.append(f"{bad_inside} unreadable line(s) in metrics.jsonl were skipped")
+        reasons.append(f"{bad_inside} unreadable line(s) in {metrics.name} were skipped")
+    ranks = ranks_section(run_dir, files, config, _results) if len(files) > 1 else None
+    if ranks is not None:
+        missing = [r["rank"] for r in ranks["per_rank"] if r["end"] is None and r["rank"]]
+        if missing:
+            reasons.append("no run_finished row for rank " + ", ".join(map(str, missing)))
     system = started.get("system") if isinstance(started.get("system"), dict) else None
     if system is None:
         system = dict(host_info(), source="report time (the run did not record it)")
@@ -333,6 +341,8 @@ def _build_report(run_dir: Path) -> dict[str, Any]:
         "ledger": _strip(ledger) if ledger else None,
         "ledger_events": len(ledgers),
         "rows": {"steps": len(steps), "events": len(events), "unreadable": rows["bad"]},
+        "metrics_file": metrics.name,
+        "ranks": ranks,
     }
     report["finding"] = finding(report)
     return report

@@ -183,7 +183,10 @@ def render_markdown(r: dict[str, Any]) -> str:
     if not r["complete"]:
         md += ["> **Incomplete run.** " + " ".join(f"{x[0].upper()}{x[1:]}."
                                                    for x in r["incomplete_reasons"]), ""]
-    md += [f"Generated {r['generated_at']} from `metrics.jsonl` ({r['rows']['steps']} step rows, "
+    source = f"`{r.get('metrics_file') or 'metrics.jsonl'}`"
+    if r.get("ranks"):
+        source += f" (rank 0 of {r['ranks']['count']}; every rank under Ranks)"
+    md += [f"Generated {r['generated_at']} from {source} ({r['rows']['steps']} step rows, "
            f"{r['rows']['events']} events).", "", "## Finding", "", r["finding"], "",
            "## Setup", ""]
     ram = f"RAM {format_bytes(hw['ram_bytes'])}"
@@ -240,6 +243,10 @@ def render_markdown(r: dict[str, Any]) -> str:
            f"{res['peaks_note']}. FLOPs/token: {res['flops_formula'] or 'unknown'}. "
            f"MFU: {res['mfu_note']}." + (f" Allocator: {res['allocator_hint']}"
                                          if res.get("allocator_hint") else ""), ""]
+    if r.get("ranks"):
+        from probes.report_ranks import render_ranks
+
+        md += render_ranks(r["ranks"])
     led = r.get("ledger")
     md += ["## Memory ledger", ""]
     if led:

@@ -9,6 +9,7 @@ followed live). The one module that knows the folder's layout (docs/ARCHITECTURE
       profiles/step-N/[rank-K/]       trace.json, top_ops.txt/json, window.json
       report.md, report.json          written at the end, on request, or by `memtop report`
       stderr.log                      what libraries printed while the dashboard owned the tty
+      torchrun.log                    torch.distributed.run's output (memtop train --nproc N)
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ METRICS = "metrics.jsonl"
 REPORT_MD = "report.md"
 REPORT_JSON = "report.json"
 STDERR_LOG = "stderr.log"
+TORCHRUN_LOG = "torchrun.log"  # torch.distributed.run's own output under `memtop train --nproc`
 PROFILES = "profiles"
 _RANK_FILE = re.compile(r"^metrics-rank-(\d+)\.jsonl$")
 

@@ -28,9 +28,11 @@ class RunSummary:
     device: str | None
     amp: str | None
     started_at: float | None  # seconds since the epoch (config.json's mtime)
-    throughput: float | None  # the last step's tokens/s (else samples/s, else steps/s)
+    throughput: float | None  # the last step's tokens/s (else samples/s, else steps/s), summed
+    # over ranks when several wrote the run
     throughput_unit: str  # "tok/s", "samples/s" or "steps/s"
-    peak_bytes: int | None  # the last step's peak counter (allocated on CUDA, heap on CPU)
+    peak_bytes: int | None  # the last step's peak counter (allocated on CUDA, heap on CPU);
+    # the highest rank's when several wrote the run
     reason: str | None  # why it stopped or failed
 
 
@@ -74,9 +76,34 @@ def summarize_run(run_dir: Path, ping: bool = True) -> RunSummary:
     last = state.last_sample
     value, unit = _throughput(last) if last is not None else (None, "tok/s")
     reason = state.error or (state.stop_reason if outcome not in ("live", "finished") else None)
+    peak = last.peak_allocated_bytes if last is not None else None
+    if len(files) > 1:  # several ranks: all ranks' throughput, the highest peak, who failed
+        lasts = [_last_sample(path) for path in files.values()]
+        if all(s is not None for s in lasts):
+            rates = [_throughput(s) for s in lasts if s is not None]
+            if all(v is not None for v, _ in rates):
+                value = sum(v for v, _ in rates if v is not None)
+        peaks = [s.peak_allocated_bytes for s in lasts
+                 if s is not None and s.peak_allocated_bytes is not None]
+        peak = max(peaks) if peaks else peak
+        if outcome != "live":
+            from probes.ranks import failure_text, rank_ends, read_process_exits
+
+            failed = failure_text(rank_ends(run_dir), read_process_exits(run_dir))
+            if failed:
+                outcome, reason = "failed", failed
     return RunSummary(run_dir, outcome, state.step, max(1, len(files)),
                       state.device or None, state.amp or None, started, value, unit,
-                      last.peak_allocated_bytes if last is not None else None, reason)
+                      peak, reason)
+
+
+def _last_sample(path: Path) -> StepSample | None:
+    with contextlib.suppress(OSError, ValueError):
+        hist = read_history(path, keep_last=1, chart_points=1)
+        for row in reversed(hist.rows):
+            if "event" not in row:
+                return StepSample.from_json(row)
+    return None
 
 
 def started_text(t: float | None) -> str:

@@ -121,6 +121,8 @@ class TrainConfig:
     max_memory_bytes: int | None = None  # stop cleanly before the watched counter passes this
     memory_history: bool = False  # CUDA: record allocations (Python stacks) for snapshots
     run_dir: str = "runs"  # where runs/<timestamp>-<id>/ folders are created
+    nproc: int = 1  # ranks on this machine under torch.distributed.run (DDP); 1 = no DDP
+    port: int = 0  # rendezvous port for --nproc > 1; 0 = a free one (torchrun --standalone)
 
     def __post_init__(self) -> None:
         positive = ("batch_size", "seq_len", "block_size", "layers", "heads", "dim",
@@ -172,6 +174,13 @@ class TrainConfig:
         if self.max_memory_bytes is not None and self.max_memory_bytes <= 0:
             raise ValueError("--max-memory must be greater than zero")
         check_device_text(self.device)
+        if not isinstance(self.nproc, int) or self.nproc < 1:
+            raise ValueError(f"--nproc must be a positive integer, got {self.nproc}")
+        if not isinstance(self.port, int) or not 0 <= self.port <= 65535:
+            raise ValueError(f"--port must be between 0 and 65535, got {self.port}")
+        if self.nproc > 1 and self.device.strip().lower().startswith("cuda:"):
+            raise ValueError(f"--device {self.device} names one GPU, but --nproc {self.nproc} "
+                             "runs one rank per GPU; use --device cuda (or auto)")
 
     def resolve(self) -> tuple[torch.device, str]:
         """(device, amp mode) on this machine; ValueError when it lacks them. Imports torch."""

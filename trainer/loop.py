@@ -26,7 +26,7 @@ from probes.monitor import Monitor
 from probes.recorder import RunRecorder
 from probes.records import Record
 from probes.runstate import RunState
-from trainer.config import TrainConfig
+from trainer.config import TrainConfig, resolve_amp
 from trainer.data import BatchSampler, load_corpus
 from trainer.leaks import LEAK_HINTS, LeakInjector
 from trainer.model import GPT
@@ -53,8 +53,12 @@ class Trainer:
 
     def __init__(self, config: TrainConfig, run_dir: Path, control: RunControl | None = None,
                  sinks: list[Sink] | None = None, hooks: list[StepHook] | None = None,
-                 freeze_gc: bool = True, listen: bool = True) -> None:
+                 freeze_gc: bool = True, listen: bool = True, rank: int | None = None,
+                 device: torch.device | None = None, ddp: bool = False) -> None:
         self.config = config
+        self.rank = rank  # under torch.distributed.run: this process's rank (own metrics file)
+        self.device = device  # a rank's own device (cuda:LOCAL_RANK); the config's otherwise
+        self.ddp = ddp  # wrap the model in DistributedDataParallel (process group already up)
         self.run_dir = Path(run_dir)
         self.control = control or RunControl()
         self.hooks = list(hooks or [])
@@ -64,8 +68,8 @@ class Trainer:
         self.leak = LeakInjector(config.leak)
         self.monitor: Monitor | None = None
         self._thread: threading.Thread | None = None
-        self.recorder = RunRecorder(self.run_dir, sinks=sinks or [], config=config.to_json(),
-                                    on_write_failed=self.control.stop)
+        self.recorder = RunRecorder(self.run_dir, rank=rank, sinks=sinks or [],
+                                    config=config.to_json(), on_write_failed=self.control.stop)
 
     # what the rest of memtop reads -------------------------------------------------------------
     @property
@@ -110,19 +114,28 @@ class Trainer:
         cfg = self.config
         mon: Monitor | None = None
         try:
-            device = cfg.torch_device
+            device = self.device if self.device is not None else cfg.torch_device
             if device.type == "cuda":
                 # first: the profiler's stop, NVML and every torch.cuda call without a device
                 # argument use the current device (cuda:0 unless set), not the chosen one
                 torch.cuda.set_device(device)
-            amp = cfg.amp_mode  # bf16 checked on the chosen device's capability
-            torch.manual_seed(cfg.seed)
-            model = GPT(cfg.model_config()).to(device)
+            # bf16 checked on the chosen device's capability
+            amp = cfg.amp_mode if self.device is None else resolve_amp(cfg.amp, device)
+            torch.manual_seed(cfg.seed)  # the same initial weights on every rank
+            gpt_model = GPT(cfg.model_config()).to(device)
+            gpt = gpt_model.config
+            model: torch.nn.Module = gpt_model
+            if self.ddp:
+                from torch.nn.parallel import DistributedDataParallel
+
+                model = DistributedDataParallel(
+                    gpt_model, device_ids=[device.index] if device.type == "cuda" else None)
             optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.1,
                                           fused=use_fused_adamw(device))
             scaler = torch.amp.GradScaler(device.type) if amp == "fp16" else None
-            batches = BatchSampler(load_corpus(), cfg.batch_size, cfg.seq_len, cfg.seed, device)
-            gpt = model.config
+            # each rank draws its own batches (seed + rank): DDP averages different gradients
+            batches = BatchSampler(load_corpus(), cfg.batch_size, cfg.seq_len,
+                                   cfg.seed + (self.rank or 0), device)
             mon = Monitor(
                 model, optimizer, scaler=scaler, tokens_per_step=cfg.batch_size * cfg.seq_len,
                 amp=amp, warmup_steps=cfg.warmup_steps, max_steps=cfg.steps,
@@ -131,7 +144,7 @@ class Trainer:
                 extra_hooks=self.hooks, listen=self.listen, write_report=False,
                 model_shape=GPTShape(gpt.n_layer, gpt.n_head, gpt.n_embd, gpt.attention,
                                      gpt.block_size, gpt.vocab_size),
-                config=cfg.to_json(),
+                config=cfg.to_json(), rank=self.rank,
                 non_finite="fail", memory_history=cfg.memory_history,
                 requests={"leak_start": lambda step: self._leak(step, start=True),
                           "leak_stop": lambda step: self._leak(step, start=False)})
@@ -165,7 +178,7 @@ class Trainer:
                                             "traceback": traceback.format_exc()})
             self.recorder.emit(R.RUN_FINISHED, 0, {"reason": "failed"})
 
-    def _train(self, mon: Monitor, model: GPT, optimizer: torch.optim.Optimizer,
+    def _train(self, mon: Monitor, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                scaler: torch.amp.GradScaler | None, batches: BatchSampler,
                device: torch.device, amp: str) -> None:
         cfg = self.config

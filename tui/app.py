@@ -27,6 +27,7 @@ from probes.records import Event, Record, StepSample
 from probes.ring import Ring
 from probes.runstate import RunState
 from tui.app_actions import AppActions
+from tui.app_ranks import RanksView
 from tui.format import (
     PANE_KINDS,
     cuda_notes,
@@ -48,6 +49,7 @@ from tui.widgets.leak_banner import LeakBanner
 from tui.widgets.ledger import LedgerPane
 from tui.widgets.memory_chart import MemoryChart
 from tui.widgets.metric_pane import MetricPane
+from tui.widgets.rank_table import RankTable
 from tui.widgets.status_line import StatusLine
 from tui.widgets.top_ops import TopOpsTable
 
@@ -56,7 +58,7 @@ CHART_EVERY_S = 5.0  # plotext rebuilds cost ~30 ms: rarely
 VIEWS = ("chart", "ops", "ledger")
 
 
-class MemtopApp(AppActions, App[int]):
+class MemtopApp(RanksView, AppActions, App[int]):
     """One run's dashboard. Build with :meth:`for_run` (train) or :meth:`for_folder` (view)."""
 
     CSS_PATH = "memtop.tcss"
@@ -96,10 +98,15 @@ class MemtopApp(AppActions, App[int]):
         self.run_state = RunState()  # folded from every record the source gave
         self.last_sample: StepSample | None = None
         self.ticks = 0
-        self.view = "chart"
         self._gc_frozen = False
         self._alert_panes: dict[str, str] = {}  # counter -> pane id
         self._loop: asyncio.AbstractEventLoop | None = None  # set on mount; for other threads
+        # several ranks: the panes and chart follow rank 0, the rank table every rank
+        self.ranks_mode = getattr(source, "expected_ranks", 1) > 1 or len(
+            getattr(source, "followers", {})) > 1
+        self.views = VIEWS + (("ranks",) if self.ranks_mode else ())
+        self._failure_shown = False
+        self.view = "ranks" if self.ranks_mode else "chart"
         self._init_actions()
 
     @classmethod
@@ -149,7 +156,8 @@ class MemtopApp(AppActions, App[int]):
         with Grid(id="panes"):
             for pane_id, kind in PANE_KINDS.items():
                 yield MetricPane(pane_id, labels[pane_id], kind, short[pane_id])
-        with Horizontal(id="lower", classes="view-chart"):
+        with Horizontal(id="lower", classes=f"view-{self.view}"):
+            yield RankTable(id="ranks")
             with Vertical(id="chart-box"):
                 yield MemoryChart((labels["allocated"], labels["reserved"], labels["peak"]),
                                   every_s=self.chart_every_s, id="chart")
@@ -170,6 +178,7 @@ class MemtopApp(AppActions, App[int]):
         self.chart = self.query_one(MemoryChart)
         self.ops_table = self.query_one(TopOpsTable)
         self.ledger = self.query_one(LedgerPane)
+        self.rank_table = self.query_one(RankTable)
         # Python-level print()/warnings while the app runs: Textual captures and drops them;
         # keep them in the run's stderr.log (fd 2 while run_dashboard owns the terminal).
         self.begin_capture_print(self, stdout=True, stderr=True)
@@ -197,6 +206,8 @@ class MemtopApp(AppActions, App[int]):
         records, chart = self.source.history()
         if records:
             self._take(records)
+        if self.ranks_mode:
+            chart = [s for s in chart if s.rank == 0]
         if chart:
             self.chart.points.clear()
             self.chart.add_points(chart)
@@ -209,6 +220,8 @@ class MemtopApp(AppActions, App[int]):
             self._take(records)
         for pane in self.panes.values():
             pane.refresh_view()
+        if self.ranks_mode:
+            self.rank_table.refresh_view()
         self.redraw_chart(force=False)
         self.update_header()
         self.update_status()
@@ -219,6 +232,10 @@ class MemtopApp(AppActions, App[int]):
     def _take(self, records: list[Record]) -> None:
         samples: list[StepSample] = []
         for record in records:
+            if self.ranks_mode:
+                self._take_rank(record)
+                if record.rank != 0:
+                    continue
             self.run_state.apply(record)
             if isinstance(record, StepSample):
                 samples.append(record)
@@ -291,13 +308,16 @@ class MemtopApp(AppActions, App[int]):
         note = self.source.note
         if note:
             parts.append(note)
-        if not self.source.in_process:
+        if self.ranks_mode:
+            parts.append(f"{len(self.rank_table.rows)} ranks")
+        if not self.source.in_process and self.ending is None:
             parts.append("viewing" + ("" if self.source.live else " (not live)"))
         parts.append(f"run {self.run_dir}")
         width = self.status_line.size.width or self.size.width or 80
         self.status_line.show(fit(" " + " │ ".join(parts), width))
 
     def _check_failed(self) -> None:
+        self._show_rank_failure()
         st = self.run_state
         if st.state == "failed" and not self.error_banner.shown:
             self.error_banner.show_message(f"TRAINING FAILED at step {st.step}: {st.error}\n"

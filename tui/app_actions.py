@@ -48,7 +48,7 @@ class AppActions:
         if self.run_state.finished or self.run_state.state == "failed":
             self.notify("the run has ended: q quits", timeout=3)
             return True
-        if not self.source.live and not self.source.in_process:
+        if not self.source.live and not self.source.in_process and self.ending is None:
             self.notify(f"this run is not live: {self.source.note or 'nothing to steer'}",
                         timeout=4)
             return True
@@ -63,10 +63,7 @@ class AppActions:
 
     @work(thread=True, group="request", exit_on_error=False)
     def _send_worker(self: Any, kind: str, reason: str | None) -> None:
-        at_step = None
-        if len(getattr(self.source, "followers", {})) > 1 and kind != "resume":
-            at_step = self.run_state.step + 3  # several ranks: all act before the same step
-        error = self.source.request(kind, at_step=at_step, reason=reason)
+        error = self.source.request(kind, reason=reason)  # several ranks: one agreed step
         if error:
             self.call_from_thread(self._request_refused, kind, error)
 
@@ -142,7 +139,8 @@ class AppActions:
             self.notify("no top-ops table yet: press p first", timeout=3)
 
     def action_view(self: Any) -> None:
-        self.set_view(VIEWS[(VIEWS.index(self.view) + 1) % len(VIEWS)])
+        views = getattr(self, "views", VIEWS)
+        self.set_view(views[(views.index(self.view) + 1) % len(views)])
 
     def action_help(self: Any) -> None:
         if not isinstance(self.screen, HelpScreen):

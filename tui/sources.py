@@ -18,6 +18,7 @@ from typing import Any
 from probes.control import REQUESTS, Request, RunControl
 from probes.control_socket import NotLive
 from probes.control_socket import request as send_request
+from probes.ranks import agree_step
 from probes.records import Record, StepSample, record_from_json
 from probes.ring import Ring
 from probes.runfolder import (
@@ -113,15 +114,19 @@ class FolderSource(RunSource):
     """A run folder on disk, followed as long as another process writes it."""
 
     def __init__(self, run_dir: str | os.PathLike[str], keep_last: int = 512,
-                 chart_points: int = 512) -> None:
+                 chart_points: int = 512, expected_ranks: int | None = None) -> None:
         self.run_dir = check_run_folder(run_dir)
         self.config = _read_config(self.run_dir)
+        nproc = self.config.get("nproc")
+        # ranks whose files may still appear (they start at different times)
+        self.expected_ranks = expected_ranks or (nproc if isinstance(nproc, int) else 1)
         self.keep_last, self.chart_points = keep_last, chart_points
         self.followers: dict[int | None, Follower] = {}
         self.bad = 0
         self._history_bad = 0
         self.not_live: str | None = None  # why requests cannot be sent, once known
         self._finished_ranks: set[int | None] = set()
+        self.step_ms: float | None = None  # the last step's time (how far ahead to agree)
         self._history: tuple[list[Record], list[StepSample]] = ([], [])
 
     def start(self) -> None:
@@ -147,22 +152,31 @@ class FolderSource(RunSource):
         return self._history
 
     def poll(self) -> list[Record]:
-        if not self.followers:  # the run had not written its metrics yet when we opened
+        if len(self.followers) < self.expected_ranks or not self.followers:
+            # the run (or some of its ranks) had not written its metrics yet when we opened
             for rank, path in metrics_files(self.run_dir).items():
-                self.followers[rank] = Follower(path)
+                if rank not in self.followers:
+                    self.followers[rank] = Follower(path)
         out: list[Record] = []
         self.bad = self._history_bad + sum(f.bad for f in self.followers.values())
         for rank, follower in self.followers.items():
             rows = follower.poll()
             for r in _records(rows):
                 out.append(r)
+                if isinstance(r, StepSample):
+                    self.step_ms = r.step_ms
+                elif getattr(r, "event", None) == "run_started":
+                    world = r.data.get("world_size")  # ranks of other nodes may come later
+                    if isinstance(world, int) and world > self.expected_ranks:
+                        self.expected_ranks = world
                 if getattr(r, "event", None) == "run_finished":
                     self._finished_ranks.add(rank)
         return out
 
     @property
     def finished(self) -> bool:
-        return bool(self.followers) and set(self.followers) <= self._finished_ranks
+        return (bool(self.followers) and len(self.followers) >= self.expected_ranks
+                and set(self.followers) <= self._finished_ranks)
 
     @property
     def gone(self) -> bool:
@@ -193,13 +207,20 @@ class FolderSource(RunSource):
             return f"unknown request {kind!r}"
         if self.finished:
             return "the run has finished"
+        sockets = self.sockets()
+        if len(sockets) > 1 and at_step is None and kind != "resume":
+            # several ranks: all act before the same future step (a rank that stops or pauses
+            # a step early leaves the others waiting in the gradient all-reduce)
+            at_step, why_not = agree_step(self.run_dir, list(self.followers), self.step_ms)
+            if why_not is not None:
+                return f"not live: {why_not}"
         payload: dict[str, Any] = {"request": kind, "source": f"viewer pid {os.getpid()}"}
         if at_step is not None:
             payload["at_step"] = at_step
         if reason:
             payload["reason"] = reason
         errors = []
-        for path in self.sockets():
+        for path in sockets:
             try:
                 answer = send_request(path, payload)
             except NotLive as exc:
@@ -222,6 +243,57 @@ class FolderSource(RunSource):
     def close(self) -> None:
         for f in self.followers.values():
             f.close()
+
+
+class LaunchSource(FolderSource):
+    """The folder of ranks this process launched (`memtop train --nproc N`): followed like a
+    viewer's, live while torchrun runs; once it has ended, ``failure`` says which rank failed
+    and why (probes/ranks.py)."""
+
+    def __init__(self, launch: Any) -> None:
+        super().__init__(launch.run_dir, expected_ranks=launch.nproc)
+        self.launch = launch
+        self.failure: str | None = None  # which rank failed and why, once torchrun has ended
+        self.failure_rank: int | None = None
+        self._ended = False
+        self.start()
+
+    @property
+    def device_type(self) -> str:
+        started = next((r for r in self._history[0] if getattr(r, "event", None)
+                        == "run_started"), None)
+        device = str(started.data.get("device", "")) if started is not None else ""
+        want = str(self.config.get("device") or "")
+        return "cuda" if device.startswith("cuda") or want.startswith("cuda") else "cpu"
+
+    def start(self) -> None:
+        if not self.followers:
+            super().start()
+
+    def poll(self) -> list[Record]:
+        out = super().poll()
+        if not self._ended and not self.launch.running:
+            self._ended = True
+            out += super().poll()  # what the ranks wrote last
+            from probes.ranks import failed_rank, failure_text, rank_ends, read_process_exits
+
+            ends, exits = rank_ends(self.run_dir), read_process_exits(self.run_dir)
+            self.failure = failure_text(ends, exits)
+            culprit = failed_rank(ends, exits)
+            self.failure_rank = culprit.rank if culprit is not None else None
+        return out
+
+    @property
+    def live(self) -> bool:
+        return self.launch.running and not self.finished
+
+    @property
+    def note(self) -> str | None:
+        base = super().note
+        if not self.launch.running:
+            code = self.launch.poll()
+            return "; ".join(x for x in (base, f"torchrun ended ({code})") if x)
+        return base
 
 
 def _records(rows: list[dict[str, Any]]) -> list[Record]:

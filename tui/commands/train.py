@@ -53,6 +53,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="headless: print one line every N steps")
     _opt(g, "--run-dir", "run_dir", "folder in which a fresh <timestamp>-<id>/ run folder "
          "is made", metavar="DIR")
+    g = p.add_argument_group("several ranks (DDP through torch.distributed.run)")
+    _opt(g, "--nproc", "nproc", "ranks on this machine: one per GPU on CUDA, gloo on CPU",
+         type=int_arg)
+    _opt(g, "--port", "port", "rendezvous port with --nproc; 0 = a free one", type=int_arg)
     add_model_options(p)
     g = p.add_argument_group("training")
     g.add_argument("--steps", type=int_arg, default=None, metavar="N",
@@ -101,6 +105,18 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     return TrainConfig(**values)
 
 
+def check_ranks(config: TrainConfig) -> None:
+    """--nproc N fits this machine: N GPUs on CUDA, a free --port (ValueError otherwise)."""
+    import torch
+
+    from trainer.launch import check_port
+
+    if config.torch_device.type == "cuda" and config.nproc > torch.cuda.device_count():
+        raise ValueError(f"--nproc {config.nproc} needs one GPU per rank, but this machine "
+                         f"has {torch.cuda.device_count()}")
+    check_port(config.port)
+
+
 def run(args: argparse.Namespace) -> int:
     terminal = sys.stdin.isatty() and sys.stdout.isatty() and sys.stderr.isatty()
     if not args.headless and not terminal:  # Textual draws on stderr: all three must be TTYs
@@ -112,6 +128,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         config = config_from_args(args)
         config.resolve()  # the device and amp mode exist here (imports torch)
+        if config.nproc > 1:
+            check_ranks(config)
     except ValueError as exc:
         raise UsageError(f"memtop train: {exc}") from None
     from probes.runfolder import RunDirError, create_run_dir
@@ -120,6 +138,12 @@ def run(args: argparse.Namespace) -> int:
         run_dir = create_run_dir(config.run_dir)
     except RunDirError as exc:
         raise UsageError(f"memtop train: {exc}") from None
+    if config.nproc > 1:
+        from tui.ranks_run import run_ranks_dashboard, run_ranks_headless
+
+        if args.headless:
+            return run_ranks_headless(config, run_dir, log_every=args.log_every)
+        return run_ranks_dashboard(config, run_dir)
     if args.headless:
         from tui.headless import run_headless
 

@@ -1,0 +1,160 @@
+"""Per-rank monitoring overhead under DDP: a plain 2-rank DDP loop vs `memtop train --nproc 2`.
+
+Both sides run under torch.distributed.run with gloo on CPU, the same OpenMP threads per rank
+(trainer/launch.py shares the cores out) and the same model, data (seed + rank) and AMP. The
+memtop side is the real launcher (RankLaunch: trainer.rank with every instrument, per-rank
+metrics files, sockets); the plain side is this file's ``--worker`` under torchrun. Launches are
+interleaved A B A B ..., as in benchmarks/overhead.py, and each rank's tokens/s over the timed
+steps is compared with the same rank's on the other side.
+
+    python benchmarks/ranks_overhead.py [--repeats 4] [--steps 60] [--warm 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from common import ROOT, append_results, machine, median
+
+from trainer.config import TrainConfig
+
+NPROC = 2
+
+
+def worker(out: Path, config: dict, warm: int, steps: int) -> None:
+    """One rank of the plain side: DDP, AdamW, AMP, loss.item() per step; no probes."""
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    from trainer.data import BatchSampler, load_corpus
+    from trainer.loop import AMP_DTYPES
+    from trainer.model import GPT
+
+    cfg = TrainConfig.from_json(config)
+    rank = int(os.environ["RANK"])
+    dist.init_process_group("gloo")
+    box: dict = {}
+
+    def train() -> None:  # on a background thread, as memtop's trainer runs
+        torch.manual_seed(cfg.seed)
+        model = DistributedDataParallel(GPT(cfg.model_config()))
+        optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.1)
+        batches = BatchSampler(load_corpus(), cfg.batch_size, cfg.seq_len, cfg.seed + rank,
+                               torch.device("cpu"))
+        dtype = AMP_DTYPES.get(cfg.amp_mode)
+        t0 = 0.0
+        for step in range(warm + steps):
+            if step == warm:
+                t0 = time.perf_counter()
+            x, y = batches.next_batch()
+            with torch.autocast("cpu", dtype=dtype or torch.float32, enabled=dtype is not None):
+                _, loss = model(x, y)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            loss.item()
+        box["tps"] = steps * cfg.batch_size * cfg.seq_len / (time.perf_counter() - t0)
+
+    t = threading.Thread(target=train)
+    t.start()
+    t.join()
+    dist.destroy_process_group()
+    (out / f"rank-{rank}.json").write_text(json.dumps({"tokens_per_s": box["tps"]}))
+
+
+def plain_side(cfg: TrainConfig, warm: int, steps: int) -> list[float]:
+    from trainer.launch import rank_threads
+
+    with tempfile.TemporaryDirectory() as tmp:
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        env.setdefault("OMP_NUM_THREADS", str(rank_threads(NPROC)))
+        env.setdefault("MKL_NUM_THREADS", env["OMP_NUM_THREADS"])
+        subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                        "--nproc-per-node", str(NPROC), __file__, "--worker", tmp, "--config",
+                        json.dumps(cfg.to_json()), "--warm", str(warm), "--steps", str(steps)],
+                       check=True, env=env, cwd=ROOT, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+        return [json.loads((Path(tmp) / f"rank-{k}.json").read_text())["tokens_per_s"]
+                for k in range(NPROC)]
+
+
+def memtop_side(cfg: TrainConfig, warm: int, steps: int) -> list[float]:
+    from probes.runfolder import create_run_dir
+    from trainer.launch import RankLaunch
+
+    with tempfile.TemporaryDirectory() as tmp:
+        run_cfg = dataclasses.replace(cfg, steps=warm + steps, run_dir=tmp, nproc=NPROC)
+        run_dir = create_run_dir(tmp)
+        launch = RankLaunch(run_cfg, run_dir)
+        launch.start()
+        if launch.wait() != 0:
+            raise RuntimeError(f"memtop side failed; see {run_dir}/torchrun.log")
+        out = []
+        for k in range(NPROC):
+            rows = [json.loads(x) for x in (run_dir / f"metrics-rank-{k}.jsonl").open()]
+            t = {r["step"]: r["time_s"] for r in rows if "event" not in r}
+            out.append(steps * cfg.batch_size * cfg.seq_len / (t[warm + steps] - t[warm]))
+        return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--warm", type=int, default=10)
+    parser.add_argument("--model", default="",
+                        help="TrainConfig fields as JSON, e.g. '{\"layers\": 2}' (default: "
+                             "the default model)")
+    parser.add_argument("--no-append", action="store_true", help="print only")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--config", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        worker(Path(args.worker), json.loads(args.config), args.warm, args.steps)
+        return
+    cfg = TrainConfig(device="cpu", run_dir=tempfile.gettempdir(),
+                      **json.loads(args.model or "{}"))
+    plain: list[list[float]] = []
+    ours: list[list[float]] = []
+    for i in range(args.repeats):
+        plain.append(plain_side(cfg, args.warm, args.steps))
+        ours.append(memtop_side(cfg, args.warm, args.steps))
+        print(f"repeat {i + 1}: plain {[round(v) for v in plain[-1]]} tok/s per rank, "
+              f"memtop {[round(v) for v in ours[-1]]}")
+    lines = ["| rank | plain DDP tok/s (median) | memtop tok/s (median) | ratio of medians | "
+             "paired ratios |", "|---|---|---|---|---|"]
+    for k in range(NPROC):
+        p, o = [r[k] for r in plain], [r[k] for r in ours]
+        pairs = [b / a for a, b in zip(p, o, strict=True)]
+        lines.append(f"| {k} | {median(p):,.0f} | {median(o):,.0f} | "
+                     f"**{median(o) / median(p):.3f}** | "
+                     f"{', '.join(f'{x:.2f}' for x in pairs)} |")
+    table = "\n".join(lines)
+    load = os.getloadavg()[0]
+    body = (f"Config: `memtop train` model (B={cfg.batch_size}, T={cfg.seq_len}, "
+            f"{cfg.layers} layers, dim {cfg.dim}, amp {cfg.amp_mode}), {NPROC} gloo ranks on CPU "
+            f"under torch.distributed.run, OpenMP threads shared out; {args.warm} warm-up then "
+            f"{args.steps} timed steps per launch, plain and memtop launches interleaved.\n"
+            f"Command: `python benchmarks/ranks_overhead.py --repeats {args.repeats} --steps "
+            f"{args.steps}" + (f" --model '{args.model}'" if args.model else "") + "`;"
+            f" 1-minute load average at the end: {load:.1f} (a shared machine: "
+            f"read the paired ratios for the noise).\n\n{table}")
+    print(machine())
+    print(table)
+    if not args.no_append:
+        append_results("Per-rank overhead: plain 2-rank DDP vs memtop train --nproc 2", body)
+
+
+if __name__ == "__main__":
+    main()

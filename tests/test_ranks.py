@@ -1,0 +1,245 @@
+"""Several ranks: `memtop train --nproc 2` on CPU (gloo) through torch.distributed.run.
+
+Each launch is a real torchrun with two real ranks; the tests wait on the files the ranks write
+(with a deadline), never on the clock.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, run_cli
+
+TINY_ARGS = ("--device", "cpu", "--layers", "1", "--heads", "2", "--dim", "32", "--seq-len",
+             "16", "--block-size", "16", "--batch-size", "2", "--warmup-steps", "2")
+DEADLINE_S = 120.0
+
+
+def _rows(path: Path) -> list[dict]:
+    """Every line of a metrics file, each required to be a whole JSON object."""
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _wait(condition, what: str, deadline_s: float = DEADLINE_S) -> None:
+    end = time.monotonic() + deadline_s
+    while not condition():
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+def _run_folder(root: Path) -> Path | None:
+    runs = [p for p in root.glob("*") if p.is_dir()] if root.exists() else []
+    return runs[0] if runs else None
+
+
+def _steps(run: Path, rank: int) -> list[dict]:
+    path = run / f"metrics-rank-{rank}.jsonl"
+    if not path.exists():
+        return []
+    lines = path.read_bytes().split(b"\n")[:-1]  # complete lines only
+    return [r for r in (json.loads(x) for x in lines if x.strip()) if "event" not in r]
+
+
+def _events(run: Path, rank: int, name: str) -> list[dict]:
+    return [r for r in _rows(run / f"metrics-rank-{rank}.jsonl") if r.get("event") == name]
+
+
+def _pids(run: Path) -> list[int]:
+    return [_events(run, k, "run_started")[0]["pid"] for k in (0, 1)]
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    with open(f"/proc/{pid}/stat") as fh:  # a zombie waits for its parent only
+        return fh.read().split(") ")[1].startswith("Z")
+
+
+def _launch(tmp_path: Path) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.Popen([sys.executable, "-m", "tui.cli", "train", "--headless", "--nproc",
+                             "2", "--steps", "0", "--log-every", "1000", "--run-dir",
+                             str(tmp_path / "runs"), *TINY_ARGS], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            stdin=subprocess.DEVNULL)
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    """`memtop train --headless --nproc 2 --steps 40` once for the tests that read it."""
+    root = tmp_path_factory.mktemp("ranks") / "runs"
+    res = run_cli("train", "--headless", "--nproc", "2", "--steps", "40", "--run-dir",
+                  str(root), *TINY_ARGS, timeout=DEADLINE_S)
+    return res, _run_folder(root)
+
+
+def test_two_ranks_write_their_own_rows_and_one_report(finished_run):
+    res, run = finished_run
+    assert res.returncode == 0, res.stdout + res.stderr
+    names = sorted(p.name for p in run.iterdir())
+    assert "metrics.jsonl" not in names and names.count("config.json") == 1
+    for rank in (0, 1):
+        rows = _rows(run / f"metrics-rank-{rank}.jsonl")
+        steps = [r for r in rows if "event" not in r]
+        assert [r["step"] for r in steps] == list(range(1, 41))
+        assert {r["rank"] for r in steps} == {rank}
+        assert _events(run, rank, "run_finished")[0]["reason"] == "finished"
+        assert f"[rank {rank}] step     40" in res.stdout
+    report = json.loads((run / "report.json").read_text())
+    assert [r["rank"] for r in report["ranks"]["per_rank"]] == [0, 1]
+    assert report["ranks"]["global_batch"] == {**report["ranks"]["global_batch"],
+                                               "ranks": 2, "sequences": 4, "tokens": 64}
+    assert "## Ranks" in (run / "report.md").read_text()
+    listed = run_cli("runs", str(run.parent))
+    assert "cpu x2" in listed.stdout and "finished" in listed.stdout
+
+
+async def test_dashboard_shows_both_ranks_side_by_side_at_80x24(finished_run):
+    from tests.conftest import wait_for
+    from tui.app import MemtopApp
+
+    _, run = finished_run
+    app = MemtopApp.for_folder(run)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: "slowest: rank" in app.rank_table.text, "the rank table")
+        lines = app.rank_table.text.splitlines()
+        assert [ln.split()[0] for ln in lines[1:3]] == ["0", "1"]
+        assert app.rank_table.region.height >= len(lines)  # all of it on screen
+        assert app.last_sample.rank == 0 and app.last_sample.step == 40  # panes: rank 0
+        await pilot.press("q")
+
+
+def test_profile_window_on_both_ranks_at_one_step_then_sigint_stops_all(tmp_path):
+    from tui.sources import FolderSource
+
+    proc = _launch(tmp_path)
+    try:
+        _wait(lambda: _run_folder(tmp_path / "runs") is not None, "the run folder")
+        run = _run_folder(tmp_path / "runs")
+        _wait(lambda: all(len(_steps(run, k)) >= 3 for k in (0, 1)), "three steps per rank")
+        source = FolderSource(run)
+        source.start()
+        source.poll()
+        assert source.request("profile") is None
+        _wait(lambda: all(_events(run, k, "profile_done") for k in (0, 1)),
+              "the profiler window on both ranks")
+        started = [_events(run, k, "profile_started")[0]["step"] for k in (0, 1)]
+        assert started[0] == started[1]
+        for rank in (0, 1):
+            folder = run / "profiles" / f"step-{started[0]}" / f"rank-{rank}"
+            assert (folder / "trace.json").stat().st_size > 0
+        pids = _pids(run)
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=DEADLINE_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + signal.SIGINT, out
+    ends = [_events(run, k, "run_finished")[0] for k in (0, 1)]
+    assert [e["reason"] for e in ends] == ["interrupted (SIGINT)"] * 2
+    assert ends[0]["step"] == ends[1]["step"]  # stopped before the same step
+    assert (run / "report.md").exists()
+    _wait(lambda: all(_gone(p) for p in pids), "the ranks to be gone", 10)
+
+
+def test_a_killed_rank_ends_the_run_and_is_named(tmp_path):
+    from probes.ranks import read_process_exits
+
+    proc = _launch(tmp_path)
+    try:
+        _wait(lambda: _run_folder(tmp_path / "runs") is not None, "the run folder")
+        run = _run_folder(tmp_path / "runs")
+        _wait(lambda: all(len(_steps(run, k)) >= 3 for k in (0, 1)), "three steps per rank")
+        pids = _pids(run)
+        os.kill(pids[1], signal.SIGKILL)
+        out, _ = proc.communicate(timeout=DEADLINE_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, out
+    assert "rank 1 ended without finishing" in out and "SIGKILL" in out, out
+    assert read_process_exits(run)[1].exitcode == -signal.SIGKILL
+    rank0 = _rows(run / "metrics-rank-0.jsonl")  # every line whole JSON
+    assert rank0[-1] == {**rank0[-1], "event": "run_finished", "reason": "failed"}
+    assert any("event" not in r for r in _rows(run / "metrics-rank-1.jsonl"))
+    report = json.loads((run / "report.json").read_text())
+    assert report["ranks"]["failure"].startswith("rank 1 ended without finishing")
+    assert not report["complete"]
+    listed = run_cli("runs", str(tmp_path / "runs"))
+    assert "failed" in listed.stdout and "rank 1" in listed.stdout
+    _wait(lambda: all(_gone(p) for p in pids), "the ranks to be gone", 10)
+
+
+@pytest.mark.parametrize("args, words", [
+    (("--nproc", "0"), "--nproc must be a positive integer"),
+    (("--nproc", "2", "--device", "cuda:1"), "names one GPU"),
+])
+def test_bad_rank_counts_are_one_line_and_exit_2(tmp_path, args, words):
+    res = run_cli("train", "--headless", "--run-dir", str(tmp_path / "runs"), *args)
+    assert res.returncode == 2 and words in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_port_in_use_is_refused(tmp_path):
+    with socket.socket() as busy:
+        busy.bind(("", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        res = run_cli("train", "--headless", "--nproc", "2", "--port", str(port), "--device",
+                      "cpu", "--run-dir", str(tmp_path / "runs"))
+    assert res.returncode == 2 and f"port {port} is already in use" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
+
+
+def test_rank_table_fits_80x24_for_2_to_8_ranks():
+    from probes.records import StepSample
+    from tui.widgets.rank_table import RankRow, rank_table_lines
+
+    def sample(rank: int) -> StepSample:
+        return StepSample(step=9, time_s=1.0, loss=2.0, tokens_per_s=1000.0 + rank,
+                          step_ms=20.0 + rank, allocated_bytes=100 << 20,
+                          reserved_bytes=120 << 20, peak_allocated_bytes=(110 + rank) << 20,
+                          driver_used_bytes=300 << 20, host_rss_bytes=300 << 20, scale=None,
+                          skipped_steps=0, amp="bf16", device="cpu", rank=rank)
+
+    for n in range(2, 9):
+        rows = [RankRow(k, sample(k)) for k in range(n)]
+        for r in rows:
+            r.recent_ms.append(r.last.step_ms)
+        rows[1].leak = "host_heap"
+        lines = rank_table_lines(rows, 78, 14)  # the lower area at 80×24, no border
+        assert len(lines) <= 14 and all(len(x) <= 78 for x in lines)
+        text = "\n".join(lines)
+        assert f"slowest: rank {n - 1}" in text and f"highest peak: rank {n - 1}" in text
+        assert "LEAK suspected on rank 1" in text
+        assert all(f"\n{k:>6} " in text for k in range(n))
+
+
+def test_the_rank_that_raised_is_named_not_the_peer_left_waiting():
+    from probes.ranks import ProcessExit, RankEnd, failure_text, process_exits
+
+    peer = RankEnd(0, 12, 12, "failed", "RuntimeError: [gloo] Connection closed by peer", 13,
+                   100, 0)
+    raised = RankEnd(1, 12, 12, "failed", "ValueError: bad batch", 13, 101, 0)
+    ok = RankEnd(2, 12, 12, "finished", None, None, 102, 0)
+    text = failure_text([peer, raised, ok], {})
+    assert text.startswith("rank 1 failed at step 13: ValueError: bad batch")
+    assert "rank 0 stopped with it" in text and "rank 2" not in text
+    assert failure_text([ok], {}) is None
+    log = ("Root Cause (first observed failure):\n[0]:\n  time      : 2026-12-01_19:50:00\n"
+           "  host      : box\n  rank      : 1 (local_rank: 1)\n  exitcode  : -9 (pid: 7)\n"
+           "  error_file: <N/A>\n  traceback : Signal 9 (SIGKILL) received by PID 7\n")
+    assert process_exits(log) == {1: ProcessExit(1, -9, "Signal 9 (SIGKILL) received by PID 7")}
