@@ -30,7 +30,9 @@ def read_config(run_dir: Path) -> dict[str, Any]:
         raise ReportError(f"{path} is not valid JSON ({type(exc).__name__})") from None
     if not isinstance(config, dict):
         raise ReportError(f"{path} is not a JSON object")
-    for key in ("batch_size", "seq_len", "layers", "heads", "dim"):
+    shape = ("batch_size", "prompt_len", "new_tokens", "requests", "layers", "heads", "dim") \
+        if config.get("mode") == "infer" else ("batch_size", "seq_len", "layers", "heads", "dim")
+    for key in shape:
         value = config.get(key)
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
             raise ReportError(f"{path}: {key} is {value!r}, not a positive integer")

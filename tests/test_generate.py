@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from conftest import in_thread
+
 from trainer.model import GPT, GPTConfig, sample_next
 
 
