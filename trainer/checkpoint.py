@@ -9,6 +9,7 @@ is checked before any tensor is used, so a foreign or mismatched file is refused
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -51,13 +52,18 @@ def read_weights(path: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
 
     path = Path(path)
     try:
-        data = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # e.g. "Detected pickle protocol 4": the refusal says it
+            warnings.simplefilter("ignore")
+            data = torch.load(path, map_location="cpu", weights_only=True)
     except OSError as exc:
         raise CheckpointError(f"cannot read {path}: {exc.strerror or exc}") from None
-    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, AttributeError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise CheckpointError(f"{path} is not a memtop weights file (torch.load with "
-                              f"weights_only=True refused it: {first[:120]})") from None
+    except pickle.UnpicklingError:
+        raise CheckpointError(f"{path} is not a memtop weights file: it holds pickled objects "
+                              "other than tensors and plain values, which memtop never "
+                              "unpickles (torch.load weights_only=True)") from None
+    except (RuntimeError, EOFError, ValueError, AttributeError) as exc:
+        raise CheckpointError(f"{path} is not a memtop weights file (torch.load could not read "
+                              f"it: {type(exc).__name__})") from None
     header = data.get("memtop") if isinstance(data, dict) else None
     state = data.get("state_dict") if isinstance(data, dict) else None
     if not isinstance(header, dict) or header.get("format") != FORMAT or \
