@@ -38,6 +38,7 @@ class Admission:
     seq_len: int
     sequences_fit: int
     limit: str  # what bounds it, in words
+    limit_kind: str  # "weights" | "held memory" | "KV cache" | "temporaries"
 
     def to_json(self) -> dict[str, object]:
         from dataclasses import asdict
@@ -57,15 +58,18 @@ def admission(budget_bytes: int, budget_source: str, used_bytes: int, weights_by
     free = budget_bytes - used_bytes
     fit = max(0, free // per_seq)
     if weights_bytes >= budget_bytes:
-        limit = f"weights ({format_bytes(weights_bytes)}) alone exceed the budget"
+        kind, limit = "weights", f"weights ({format_bytes(weights_bytes)}) alone exceed the budget"
     elif free <= 0:
+        kind = "held memory"
         limit = f"what is already held ({format_bytes(used_bytes)}) fills the budget"
     elif kv_bytes_per_sequence >= temp_bytes_per_sequence:
+        kind = "KV cache"
         limit = (f"the KV cache: {format_bytes(kv_bytes_per_sequence)} per sequence vs "
                  f"{format_bytes(max(0, temp_bytes_per_sequence))} temporaries")
     else:
+        kind = "temporaries"
         limit = (f"prefill temporaries: {format_bytes(temp_bytes_per_sequence)} per sequence vs "
                  f"{format_bytes(kv_bytes_per_sequence)} KV cache")
     return Admission(budget_bytes, budget_source, used_bytes, weights_bytes,
                      kv_bytes_per_sequence, max(0, temp_bytes_per_sequence), seq_len, int(fit),
-                     limit)
+                     limit, kind)

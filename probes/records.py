@@ -273,11 +273,15 @@ def _started(d: Mapping[str, Any]) -> str:
     return text
 
 
-def switches_text(switches: Any) -> str:
+def switches_text(switches: Any, short: bool = False) -> str:
     """The tutorial's three inference switches (§2.4) as the run set them."""
     if not isinstance(switches, Mapping):
         return "n/a"
     scaler = switches.get("grad_scaler")
+    if short:
+        return "·".join(("eval" if switches.get("eval") else "TRAIN-MODE",
+                         "inference_mode" if switches.get("inference_mode") else "GRAD",
+                         "no scaler" if not scaler else "SCALER"))
     return (f"eval() {'on' if switches.get('eval') else 'OFF'}, inference_mode "
             f"{'on' if switches.get('inference_mode') else 'OFF'}, "
             f"{'no GradScaler' if not scaler else 'GradScaler ' + str(scaler)}")
@@ -410,7 +414,7 @@ _KINDS = (
               {"budget_bytes": "int", "budget_source": "str", "used_bytes": "int",
                "weights_bytes": "int", "kv_bytes_per_sequence": "int",
                "temp_bytes_per_sequence": "int", "sequences_fit": "int", "seq_len": "int",
-               "limit": "str"}, summary=_admission),
+               "limit": "str", "limit_kind": "str"}, summary=_admission),
     EventKind(CACHE_BASELINE, "inference: the same tokens with and without the KV cache",
               {"tokens": "int", "batch_size": "int", "prompt_len": "int",
                "cached_ms_per_token_p50": "num", "recompute_ms_per_token_p50": "num",

@@ -100,6 +100,9 @@ class InferenceRunner:
     def status(self) -> Any:
         return self.recorder.state
 
+    def elapsed_s(self) -> float:
+        return self.recorder.elapsed_s()
+
     @property
     def sink_errors(self) -> list[str]:
         return self.recorder.sink_errors
