@@ -42,7 +42,7 @@ class InferConfig:
     dim: int | None = None
     block_size: int | None = None
     attention: str | None = None
-    baseline_tokens: int = 16  # cache-off baseline: tokens made both ways at the end; 0 = skip
+    baseline_tokens: int = 8  # cache-off baseline: tokens made both ways at the end; 0 = skip
     profile_phase: str = "both"  # profiler windows: both | prefill | decode | none
     profile_active: int = 3  # decode steps the decode window records
     max_memory_bytes: int | None = None  # the admission budget; default the device's total
