@@ -199,3 +199,23 @@ def test_infer_line():
                    kv_cache_predicted_bytes=1536)
     line = format_infer_line(s)
     assert line.startswith("decode") and "ctx    12" in line and "+0.0%" in line
+
+
+def test_pane_texts_fit_80_columns():
+    from tui.format_infer import admission_text, kv_lines, phase_lines
+
+    adm = admission(24 * 1024 ** 3, "host RAM", 90 * 1024 ** 2, 3 * 1024 ** 2, 256 * 1024,
+                    109 * 1024, 128).to_json()
+    wide, narrow = admission_text(adm, 200), admission_text(adm, 78)
+    assert "limited by the KV cache" in wide and len(narrow) <= 78
+    assert narrow.startswith(f"admits {adm['sequences_fit']} × 128-token") and "KV cache" in narrow
+    s = StepSample(5, 1.0, None, 800.0, 2.5, 100, 200, 300, 400, 400, None, 0, "bf16", "cpu",
+                   phase="decode", tokens=2, request=2, context_tokens=12, kv_cache_bytes=1536,
+                   kv_cache_predicted_bytes=1536)
+    top, sub = kv_lines(s, 128, 38)
+    assert len(top) <= 38 and "+0.0%" in top and sub.startswith("ctx 12/128")
+    pre = StepSample(4, 0.9, None, 400.0, 40.0, 1, 1, 1, 1, 1, None, 0, "bf16", "cpu",
+                     phase="prefill", tokens=16, request=2)
+    p_line, d_line = phase_lines([pre], [s], 38)
+    assert p_line.startswith("prefill 400 tok/s") and "TTFT p50 40.0 ms" in p_line
+    assert d_line.startswith("decode  800 tok/s") and len(d_line) <= 38

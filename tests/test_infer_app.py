@@ -27,7 +27,7 @@ async def test_infer_dashboard_shows_the_cache_growing(tmp_path, size):
                            "the KV line")
             assert "+0.0%" in kv.text[0]  # measured storages = the formula
             assert kv.history[-1] >= kv.history[0]
-            await wait_for(pilot, lambda: "sequences of 32 tokens" in app.admission.text,
+            await wait_for(pilot, lambda: "32-token" in app.admission.text,
                            "the admission line")
             phases = app.query_one("#phases")
             await wait_for(pilot, lambda: "n/a tok/s" not in phases.text[1]
@@ -42,3 +42,20 @@ async def test_infer_dashboard_shows_the_cache_growing(tmp_path, size):
         app.shutdown(timeout_s=60)
     assert not app.trainer.alive
     assert (app.run_dir / "report.md").read_text().startswith("# memtop inference report")
+
+
+async def test_view_of_a_finished_inference_run(tmp_path):
+    """`memtop view RUN` on an inference run folder: the same panes, from the files alone."""
+    from test_infer import run_infer
+
+    from tui.app import MemtopApp
+
+    code, run_dir, _, _ = run_infer(tmp_path)
+    assert code == 0
+    app = MemtopApp.for_folder(run_dir, refresh_s=0.1, freeze_gc=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: app.ticks > 2, "a few refreshes")
+        kv = app.query_one("#kv")
+        assert len(kv.history) == 16 and "+0.0%" in kv.text[0]
+        assert "16-token" in app.admission.text and "limit: " in app.admission.text
+        assert app.query_one("#phases").text[1].startswith("decode")

@@ -58,8 +58,10 @@ def admission_text(d: Mapping[str, Any] | None, width: int) -> str:
             f"{format_bytes(d.get('budget_bytes'))} ({d.get('budget_source')}); limited by "
             f"{d.get('limit')}")
     if len(text) > width:  # 80 columns: the count, the budget and the limit, shorter
-        text = (f"admission: {d.get('sequences_fit')} seqs × {d.get('seq_len')} tok in "
-                f"{format_bytes(d.get('budget_bytes'))}; limit: {d.get('limit_kind')} "
-                f"({format_bytes(d.get('kv_bytes_per_sequence'))} KV + "
+        head = (f"admits {d.get('sequences_fit')} × {d.get('seq_len')}-token seqs in "
+                f"{format_bytes(d.get('budget_bytes'))}; limit: {d.get('limit_kind')}")
+        text = (f"{head} ({format_bytes(d.get('kv_bytes_per_sequence'))} KV + "
                 f"{format_bytes(d.get('temp_bytes_per_sequence'))} temp/seq)")
+        if len(text) > width:
+            text = head
     return fit(text, width)
