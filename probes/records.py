@@ -92,9 +92,10 @@ def _field_specs(cls: type) -> dict[str, tuple[str, bool, Any]]:
     return specs
 
 
-STEP_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(StepSample))
 INFERENCE_FIELDS = ("phase", "tokens", "request", "context_tokens", "kv_cache_bytes",
-                    "kv_cache_predicted_bytes")
+                    "kv_cache_predicted_bytes")  # only in inference rows
+STEP_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(StepSample)
+                                     if f.name not in INFERENCE_FIELDS)  # in every step row
 PREFILL = "prefill"  # the prompt in one pass: compute-bound, big temporary attention
 DECODE = "decode"  # one new token per sequence over the cache: bandwidth- and launch-bound
 PHASES = (PREFILL, DECODE)  # also the record_function labels in profiler traces
