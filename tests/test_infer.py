@@ -18,14 +18,15 @@ TINY = dict(device="cpu", layers=1, heads=2, dim=32, block_size=32, batch_size=2
             new_tokens=8, requests=2, baseline_tokens=4, profile_phase="none")
 
 
-def run_infer(tmp_path, **overrides):
+def run_infer(tmp_path, control=None, **overrides):
     from trainer.infer import InferenceRunner, prepare_model
     from trainer.infer_config import InferConfig
 
     cfg = InferConfig(**{**TINY, "run_dir": str(tmp_path / "runs"), **overrides})
     spec = prepare_model(cfg)
     run_dir = create_run_dir(cfg.run_dir)
-    runner = InferenceRunner(cfg, spec, run_dir, listen=False, freeze_gc=False)
+    runner = InferenceRunner(cfg, spec, run_dir, control=control, listen=False,
+                             freeze_gc=False)
     code = in_thread(runner.run)
     steps, events, bad = read_metrics(run_dir / "metrics.jsonl")
     assert bad == 0
@@ -104,6 +105,20 @@ def test_phase_labels_in_the_profiler_trace(tmp_path, phase):
     profiled = [s for s in steps if s["profiling"]]
     assert profiled and {s["phase"] for s in profiled} == {phase}
     assert all(s["request"] == 2 for s in profiled)
+
+
+def test_profile_request_windows_the_next_request(tmp_path):
+    """The dashboard's `p`: both phases' windows in the request after the one running."""
+    from probes.control import Request, RunControl
+
+    control = RunControl()
+    control.submit(Request("profile", source="keyboard"))  # taken before step 1 (request 1)
+    code, _, steps, events = run_infer(tmp_path, control=control, requests=3,
+                                       baseline_tokens=0)
+    assert code == 0
+    done = [e for e in events if e["event"] == R.PROFILE_DONE]
+    assert [e["phase"] for e in done] == ["prefill", "decode"]
+    assert {s["request"] for s in steps if s["profiling"]} == {2}
 
 
 def _weights(tmp_path, **change):

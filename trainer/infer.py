@@ -94,6 +94,7 @@ class InferenceRunner:
         self.recorder = RunRecorder(self.run_dir, sinks=sinks or [], config=self.config_json,
                                     on_write_failed=self.control.stop)
         self.step = 0
+        self.request = 0  # the request running (1-based)
         self.peak: int | None = None
 
     @property
@@ -228,6 +229,7 @@ class InferenceRunner:
         self._corpus = load_corpus().long()
         self.memory.reset_peak()
         for request in range(1, self.config.requests + 1):
+            self.request = request
             if self._boundary(self.step + 1):
                 return
             self._request(model, request)
@@ -387,6 +389,9 @@ class InferenceRunner:
                 self.control.stop(req.reason or f"stopped by {req.source}")
             elif req.kind == "report":
                 threading.Thread(target=self._report, name="memtop-report", daemon=True).start()
+            elif req.kind == "profile" and self.profiler is not None:
+                # the next request's prefill and decode steps (a window never mixes phases)
+                self.profiler.rearm(self.request + 1)
         if self.control.paused and not self.control.stop_requested:
             self.recorder.emit(R.PAUSED, step - 1, {})
             t0 = time.perf_counter()
@@ -402,12 +407,12 @@ class InferenceRunner:
             self.recorder.emit(R.REPORT_WRITTEN, self.step, {"path": path.name})
 
     def _capabilities(self) -> list[str]:
-        return ["pause", "resume", "stop", "report"]
+        return ["pause", "resume", "stop", "report", "profile"]
 
     def _refuse(self, req: Any) -> str | None:
         if req.kind not in self._capabilities():
             return (f"this inference run cannot do {req.kind!r} (it can: "
-                    f"{', '.join(self._capabilities())}; profile windows: --profile-phase)")
+                    f"{', '.join(self._capabilities())})")
         return None
 
     def _ping(self) -> dict[str, Any]:

@@ -20,18 +20,17 @@ from probes.records import Event, StepSample
 
 
 class PhaseProfiler:
-    """One ProfilerWindow per phase asked for; ``maybe_open`` at each step boundary."""
+    """One ProfilerWindow per phase; those of ``phases`` are armed for request ``at_request``,
+    and ``rearm`` (the `p` key) arms both for a later request. ``maybe_open`` at each step
+    boundary."""
 
     def __init__(self, phases: tuple[str, ...], decode_active: int, at_request: int) -> None:
         self.at_request = at_request  # the request whose steps are profiled
         self.decode_active = decode_active
-        self.windows: dict[str, ProfilerWindow] = {}
-        for phase in phases:
-            if phase == R.PREFILL:  # one step: warmup 0 (the previous request warmed up)
-                self.windows[phase] = ProfilerWindow(0, 0, 1)
-            else:
-                self.windows[phase] = ProfilerWindow(0, 1, decode_active)
-        self.opened: set[str] = set()
+        self.windows: dict[str, ProfilerWindow] = {
+            R.PREFILL: ProfilerWindow(0, 0, 1),  # one step: the earlier request warmed up
+            R.DECODE: ProfilerWindow(0, 1, decode_active)}
+        self.opened: set[str] = set(R.PHASES) - set(phases)  # phases not armed count as done
         self.active_phase: str | None = None
 
     def setup(self, ctx: RunContext) -> None:
@@ -54,6 +53,15 @@ class PhaseProfiler:
         with warnings.catch_warnings():  # torch warns when a schedule has no warmup step
             warnings.simplefilter("ignore")
             window.open_window(step, trigger="profile_phase")
+
+    def rearm(self, request: int) -> bool:
+        """A `p` key / profile request: windows again for every phase, from ``request`` on;
+        False while a window or its analysis is still busy."""
+        if any(w.busy for w in self.windows.values()):
+            return False
+        self.at_request = request
+        self.opened.clear()
+        return True
 
     @property
     def tracing(self) -> bool:
