@@ -19,8 +19,8 @@ TINY = dict(device="cpu", layers=1, heads=2, dim=32, block_size=32, batch_size=2
 
 
 def run_infer(tmp_path, control=None, **overrides):
-    from trainer.infer import InferenceRunner, prepare_model
-    from trainer.infer_config import InferConfig
+    from trainer.infer import InferenceRunner
+    from trainer.infer_config import InferConfig, prepare_model
 
     cfg = InferConfig(**{**TINY, "run_dir": str(tmp_path / "runs"), **overrides})
     spec = prepare_model(cfg)

@@ -10,8 +10,7 @@ from probes.runfolder import create_run_dir
 
 @pytest.mark.parametrize("size", [(80, 24), (120, 40)])
 async def test_infer_dashboard_shows_the_cache_growing(tmp_path, size):
-    from trainer.infer import prepare_model
-    from trainer.infer_config import InferConfig
+    from trainer.infer_config import InferConfig, prepare_model
     from tui.app import MemtopApp
 
     cfg = InferConfig(device="cpu", layers=1, heads=2, dim=32, block_size=64, batch_size=2,

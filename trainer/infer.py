@@ -11,14 +11,12 @@ the host (what a server streams), so step time includes the device's work. docs/
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import gc
 import os
 import threading
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,42 +33,14 @@ from probes.nvml import NvmlPoller
 from probes.recorder import RunRecorder, Sink
 from probes.records import StepSample
 from probes.report import percentile
-from probes.runfolder import find_weights, socket_name
+from probes.runfolder import socket_name
 from probes.sysinfo import host_ram_bytes, system_info
 from trainer.data import load_corpus
-from trainer.infer_config import InferConfig
+from trainer.infer_config import InferConfig, ModelSpec
 from trainer.infer_profile import PhaseProfiler
-from trainer.model import GPT, GPTConfig, KVCache, sample_next
+from trainer.model import GPT, KVCache, sample_next
 
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-@dataclass
-class ModelSpec:
-    """What the model will be, settled on the main thread before anything runs."""
-
-    config: GPTConfig
-    state: dict[str, torch.Tensor] | None  # None: freshly initialised
-    source: str  # the weights file, or "fresh (random init)"
-    warning: str | None = None
-
-
-def prepare_model(cfg: InferConfig) -> ModelSpec:
-    """Read and check the weights (header, names, shapes) or plan a fresh model; ValueError
-    (one sentence) when they do not fit. Reads tensors, computes nothing."""
-    if cfg.weights is None:
-        return ModelSpec(cfg.fresh_model_config(), None, "fresh (random init)",
-                         "no --weights: the model is freshly initialised, so its tokens are "
-                         "noise; memory and time are those of a trained model of this shape")
-    from trainer.checkpoint import header_config, read_weights
-
-    path = find_weights(cfg.weights)
-    header, state = read_weights(path)
-    config = header_config(header)
-    cfg.check_against(config, str(path))
-    if cfg.attention is not None:
-        config = dataclasses.replace(config, attention=cfg.attention)
-    return ModelSpec(config, state, str(path))
 
 
 class InferenceRunner:

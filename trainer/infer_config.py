@@ -139,5 +139,34 @@ class InferConfig:
         return cls(**{k: v for k, v in data.items() if k in names})
 
 
+@dataclass
+class ModelSpec:
+    """What the model will be, settled on the main thread before anything runs."""
+
+    config: GPTConfig
+    state: dict[str, torch.Tensor] | None  # None: freshly initialised
+    source: str  # the weights file, or "fresh (random init)"
+    warning: str | None = None
+
+
+def prepare_model(cfg: InferConfig) -> ModelSpec:
+    """Read and check the weights (header, names, shapes) or plan a fresh model; ValueError
+    (one sentence) when they do not fit. Reads tensors, computes nothing."""
+    if cfg.weights is None:
+        return ModelSpec(cfg.fresh_model_config(), None, "fresh (random init)",
+                         "no --weights: the model is freshly initialised, so its tokens are "
+                         "noise; memory and time are those of a trained model of this shape")
+    from probes.runfolder import find_weights
+    from trainer.checkpoint import header_config, read_weights
+
+    path = find_weights(cfg.weights)
+    header, state = read_weights(path)
+    config = header_config(header)
+    cfg.check_against(config, str(path))
+    if cfg.attention is not None:
+        config = dataclasses.replace(config, attention=cfg.attention)
+    return ModelSpec(config, state, str(path))
+
+
 def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")

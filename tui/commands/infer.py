@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         config = config_from_args(args)
         config.resolve()
-        from trainer.infer import prepare_model
+        from trainer.infer_config import prepare_model
 
         spec = prepare_model(config)
     except ValueError as exc:  # CheckpointError and RunFolderError are ValueErrors too
