@@ -47,9 +47,20 @@ class StepSample:
     step_peak_allocated_bytes: int | None = None  # this step's high-water mark (CPU: sampled)
     alloc_retries: int | None = None  # CUDA: cudaMalloc retried after a cache flush, so far
     ooms: int | None = None  # CUDA: out-of-memory errors the allocator raised, so far
+    # inference steps only (`memtop infer`); left out of a training row's JSON
+    phase: str | None = None  # one of PHASES: "prefill" (the prompt) or "decode" (one token)
+    tokens: int | None = None  # tokens this step read (prefill: B × prompt) or made (decode: B)
+    request: int | None = None  # 1-based request (round of B sequences) the step belongs to
+    context_tokens: int | None = None  # positions held in the KV cache after the step
+    kv_cache_bytes: int | None = None  # measured: bytes of the cache tensors' storages
+    kv_cache_predicted_bytes: int | None = None  # 2 × layers × B × T × dim × bytes/element
 
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        row = dataclasses.asdict(self)
+        for name in INFERENCE_FIELDS:
+            if row[name] is None:
+                del row[name]
+        return row
 
     @classmethod
     def from_json(cls, row: Mapping[str, Any]) -> StepSample:
@@ -84,7 +95,13 @@ def _field_specs(cls: type) -> dict[str, tuple[str, bool, Any]]:
     return specs
 
 
-STEP_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(StepSample))
+INFERENCE_FIELDS = ("phase", "tokens", "request", "context_tokens", "kv_cache_bytes",
+                    "kv_cache_predicted_bytes")  # only in inference rows
+STEP_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(StepSample)
+                                     if f.name not in INFERENCE_FIELDS)  # in every step row
+PREFILL = "prefill"  # the prompt in one pass: compute-bound, big temporary attention
+DECODE = "decode"  # one new token per sequence over the cache: bandwidth- and launch-bound
+PHASES = (PREFILL, DECODE)  # also the record_function labels in profiler traces
 _STEP_FIELDS = _field_specs(StepSample)
 
 
@@ -276,6 +293,10 @@ HINTS: tuple[HintKind, ...] = (
              "expandable_segments:True or a smaller batch"),
 )
 HINT_KINDS: dict[str, HintKind] = {h.name: h for h in HINTS}
+WEIGHTS_SAVED = "weights_saved"
+REQUEST_DONE = "request_done"
+ADMISSION = "admission"
+CACHE_BASELINE = "cache_baseline"
 
 _OP_FIELDS = {"name": "str", "calls": "int", "self_cpu_us": "num", "cpu_total_us": "num",
               "self_device_us": "num", "device_total_us": "num", "cpu_memory_bytes": "int",
@@ -291,8 +312,54 @@ _LEAK_FIELDS: dict[str, Any] = {
 def _started(d: Mapping[str, Any]) -> str:
     name = d.get("device_name") or d.get("device") or "?"
     total = d.get("device_total_bytes")
-    return (f"{name}{' ' + format_bytes(total) if total else ''}, amp {d.get('amp', '?')}, "
+    text = (f"{name}{' ' + format_bytes(total) if total else ''}, amp {d.get('amp', '?')}, "
             f"{d.get('params', '?')} params")
+    if d.get("mode") == "infer":
+        text += f", inference: {switches_text(d.get('switches'))}, weights {d.get('weights')}"
+    return text
+
+
+def switches_text(switches: Any, short: bool = False) -> str:
+    """The tutorial's three inference switches (§2.4) as the run set them."""
+    if not isinstance(switches, Mapping):
+        return "n/a"
+    scaler = switches.get("grad_scaler")
+    if short:
+        return "·".join(("eval" if switches.get("eval") else "TRAIN-MODE",
+                         "inference_mode" if switches.get("inference_mode") else "GRAD",
+                         "no scaler" if not scaler else "SCALER"))
+    return (f"eval() {'on' if switches.get('eval') else 'OFF'}, inference_mode "
+            f"{'on' if switches.get('inference_mode') else 'OFF'}, "
+            f"{'no GradScaler' if not scaler else 'GradScaler ' + str(scaler)}")
+
+
+def _weights_saved(d: Mapping[str, Any]) -> str:
+    if d.get("error"):
+        return f"weights not saved: {d['error']}"
+    return f"{d.get('path')} ({format_bytes(d.get('bytes'))})"
+
+
+def _request_done(d: Mapping[str, Any]) -> str:
+    def ms(key: str) -> str:
+        v = d.get(key)
+        return f"{v:.1f} ms" if isinstance(v, (int, float)) else "n/a"
+
+    return (f"request {d.get('request')}: TTFT {ms('ttft_ms')}, decode p50 {ms('decode_ms_p50')} "
+            f"p95 {ms('decode_ms_p95')}/token, KV {format_bytes(d.get('kv_cache_bytes'))}")
+
+
+def _admission(d: Mapping[str, Any]) -> str:
+    return (f"{d.get('sequences_fit')} sequences of {d.get('seq_len')} tokens fit in "
+            f"{format_bytes(d.get('budget_bytes'))} ({d.get('budget_source')}); limited by "
+            f"{d.get('limit')}")
+
+
+def _baseline(d: Mapping[str, Any]) -> str:
+    speed = d.get("speedup")
+    return (f"{d.get('tokens')} tokens: cache {d.get('cached_ms_per_token_p50', 0):.2f} ms/token "
+            f"vs recompute {d.get('recompute_ms_per_token_p50', 0):.2f} ms/token"
+            + (f" ({speed:.1f}x)" if isinstance(speed, (int, float)) else "")
+            + ("" if d.get("same_tokens") else "; TOKENS DIFFER"))
 
 
 def _leak(d: Mapping[str, Any]) -> str:
@@ -324,6 +391,9 @@ _KINDS = (
                "params": "int", "counters": "str", "driver_counter": "str", "world_size": "int",
                "pid": "int", "tokens_per_step": "int", "samples_per_step": "int",
                "memory_history": "str", "nvml_match": "str", "mig": "bool",
+               "mode": "str", "weights": "str", "kv_formula": "str",
+               "kv_bytes_per_token": "int",
+               "switches": {"eval": "bool", "inference_mode": "bool", "grad_scaler": "str"},
                "system": {"gpu_name": "str", "gpu_capability": "scalar", "cpu_model": "str",
                           "cpu_count": "int", "ram_bytes": "int",
                           **{k: "scalar" for k in _SOFTWARE}}},
@@ -338,7 +408,7 @@ _KINDS = (
               summary=lambda d: f"after {d.get('paused_s', 0):.1f} s"),
     EventKind(PROFILE_STARTED, "a profiler window opened (its schedule and folder)",
               {"wait": "int", "warmup": "int", "active": "int", "trigger": "str", "dir": "str",
-               "record_shapes": "bool", "profile_memory": "bool"},
+               "record_shapes": "bool", "profile_memory": "bool", "phase": "str"},
               summary=lambda d: f"wait {d.get('wait')} / warmup {d.get('warmup')} / active "
                                 f"{d.get('active')} into {d.get('dir')}"),
     EventKind(PROFILE_ANALYSING, "the window's trace is written; its table is being computed",
@@ -346,7 +416,8 @@ _KINDS = (
     EventKind(PROFILE_DONE, "a profiler window's top-ops table is ready",
               {"dir": "str", "sort_by": "str", "analysis_s": "num", "top_ops": [_OP_FIELDS],
                "phases": [{"name": "str", "calls": "int", "cpu_total_us": "num",
-                           "device_span_us": "num"}]},
+                           "device_span_us": "num"}],
+               "phase": "str"},
               summary=_profile_done),
     EventKind(PROFILE_CANCELLED, "a profiler window ended without a table, and why",
               {"dir": "str", "reason": "str"}, summary=lambda d: str(d.get("reason"))),
@@ -387,6 +458,26 @@ _KINDS = (
                                                         f"{d.get('dump_s')} s)")),
     EventKind(CONTROL, "a request from a viewer or the launcher, accepted",
               {"request": "str", "source": "str", "at_step": "int"}, summary=_control),
+    EventKind(WEIGHTS_SAVED, "the trained weights were written (weights.pt), or why not",
+              {"path": "str", "bytes": "int", "error": "str"}, summary=_weights_saved),
+    EventKind(REQUEST_DONE, "inference: one request (B sequences) generated all its tokens",
+              {"request": "int", "ttft_ms": "num", "decode_ms_p50": "num",
+               "decode_ms_p95": "num", "prefill_tokens_per_s": "num",
+               "decode_tokens_per_s": "num", "kv_cache_bytes": "int",
+               "kv_cache_predicted_bytes": "int", "new_tokens": "int"},
+              summary=_request_done),
+    EventKind(ADMISSION, "inference: how many concurrent sequences fit in the budget, and why",
+              {"budget_bytes": "int", "budget_source": "str", "used_bytes": "int",
+               "weights_bytes": "int", "kv_bytes_per_sequence": "int",
+               "temp_bytes_per_sequence": "int", "sequences_fit": "int", "seq_len": "int",
+               "limit": "str", "limit_kind": "str"}, summary=_admission),
+    EventKind(CACHE_BASELINE, "inference: the same tokens with and without the KV cache",
+              {"tokens": "int", "batch_size": "int", "prompt_len": "int",
+               "cached_ms_per_token_p50": "num", "recompute_ms_per_token_p50": "num",
+               "cached_total_ms": "num", "recompute_total_ms": "num", "speedup": "num",
+               "cached_peak_bytes": "int", "recompute_peak_bytes": "int",
+               "kv_cache_bytes": "int", "same_tokens": "bool", "peak_note": "str"},
+              summary=_baseline),
 )
 EVENT_KINDS: dict[str, EventKind] = {k.name: k for k in _KINDS}
 

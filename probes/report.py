@@ -303,6 +303,9 @@ def _build_report(run_dir: Path) -> dict[str, Any]:
         system = dict(host_info(), source="report time (the run did not record it)")
     amp = _run_amp(config, started, steps)
     model_info = (ledger or {}).get("model") or {}
+    if config.get("mode") == "infer":
+        return _infer_report(run_dir, config, steps, events, rows, reasons, finished, system,
+                             started, amp)
     model, inp = _model_and_input(config, started, model_info, amp)
     report: dict[str, Any] = {
         "report_version": REPORT_VERSION,
@@ -348,6 +351,41 @@ def _build_report(run_dir: Path) -> dict[str, Any]:
     return report
 
 
+def _infer_report(run_dir: Path, config: dict[str, Any], steps: list[dict], events: list[dict],
+                  rows: dict[str, Any], reasons: list[str], finished: dict | None,
+                  system: dict[str, Any], started: dict[str, Any], amp: str) -> dict[str, Any]:
+    """`memtop infer`'s report (probes/report_infer.py): same header, inference sections."""
+    from probes.report_infer import infer_finding, infer_results
+
+    report: dict[str, Any] = {
+        "report_version": REPORT_VERSION, "run_dir": str(run_dir), "mode": "infer",
+        "generated_at": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "complete": not reasons, "incomplete_reasons": reasons,
+        "status": {"reason": finished.get("reason") if finished else None,
+                   "errors": [{"step": e.get("step"), "type": e.get("error_type"),
+                               "message": e.get("message")}
+                              for e in events if e.get("event") == "error"]},
+        "hardware": {"device": started.get("device"), "device_name": started.get("device_name"),
+                     "gpu_name": system.get("gpu_name"), "cpu_model": system.get("cpu_model"),
+                     "device_memory_bytes": started.get("device_total_bytes")},
+        "software": {k: system.get(k) for k in ("python", "torch", "cuda", "cudnn", "numpy",
+                                               "memtop", "os", "source")},
+        "model": {"layers": config["layers"], "dim": config["dim"], "heads": config["heads"],
+                  "block_size": config.get("block_size"), "attention": config.get("attention"),
+                  "params": started.get("params")},
+        "input": {"batch_size": config["batch_size"], "prompt_len": config["prompt_len"],
+                  "new_tokens": config["new_tokens"], "requests": config["requests"],
+                  "sampling": (f"top-k {config.get('top_k')}" if config.get("top_k")
+                               else "greedy")},
+        "amp": amp,
+        "results": infer_results(config, steps, events),
+        "profiles": _profiles(events),
+        "rows": {"steps": len(steps), "events": len(events), "unreadable": rows["bad"]},
+    }
+    report["finding"] = infer_finding(report)
+    return report
+
+
 def _strip(event: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in event.items() if k not in ("time_s", "traceback")}
 
@@ -360,10 +398,12 @@ def _profiles(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if name == "profile_done":
             ops = e.get("top_ops") if isinstance(e.get("top_ops"), list) else []
             windows.append({"step": e.get("step"), "status": "done", "dir": e.get("dir"),
+                            "phase": e.get("phase"),
                             "sort_by": e.get("sort_by"), "analysis_s": e.get("analysis_s"),
                             "top_ops": [op for op in ops if isinstance(op, dict)][:5]})
         elif name == "profile_cancelled":
             windows.append({"step": e.get("step"), "status": "cancelled", "dir": e.get("dir"),
+                            "phase": e.get("phase"),
                             "reason": e.get("reason"), "top_ops": []})
     return windows
 
@@ -390,7 +430,12 @@ def write_report(run_dir: str | os.PathLike[str]) -> Path:
     with _WRITE_LOCK:
         report = build_report(run_dir)
         try:
-            text = render_markdown(report)
+            if report.get("mode") == "infer":
+                from probes.report_infer import render_infer_markdown
+
+                text = render_infer_markdown(report)
+            else:
+                text = render_markdown(report)
         except Exception as exc:  # a rendering gap for data build_report let through
             raise ReportError(f"{run_dir}: cannot render the report "
                               f"({type(exc).__name__}: {exc})") from None

@@ -42,9 +42,15 @@ def read_config(run_dir: Path) -> dict[str, Any]:
         raise ReportError(f"{path} is not valid JSON ({type(exc).__name__})") from None
     if not isinstance(config, dict):
         raise ReportError(f"{path} is not a JSON object")
-    # memtop's GPT records its shape; a user's own loop (probes.Monitor) records what it likes,
-    # and the report then says "measured only" where a formula would need the shape.
-    for key in GPT_SHAPE_KEYS if is_gpt_config(config) else ():
+    # memtop's GPT records its shape (an inference run its own); a user's own loop
+    # (probes.Monitor) records what it likes, and the report says "measured only" where a
+    # formula would need the shape.
+    if config.get("mode") == "infer":
+        shape: tuple[str, ...] = ("batch_size", "prompt_len", "new_tokens", "requests",
+                                  "layers", "heads", "dim")
+    else:
+        shape = GPT_SHAPE_KEYS if is_gpt_config(config) else ()
+    for key in shape:
         value = config.get(key)
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
             raise ReportError(f"{path}: {key} is {value!r}, not a positive integer")

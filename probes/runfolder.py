@@ -8,6 +8,8 @@ followed live). The one module that knows the folder's layout (docs/ARCHITECTURE
       control.sock / control-rank-K.sock   the live run's request socket (mode 0600)
       profiles/step-N/[rank-K/]       trace.json, top_ops.txt/json, window.json
       report.md, report.json          written at the end, on request, or by `memtop report`
+      weights.pt                      `memtop train`'s weights at the end (memtop header +
+                                      state_dict; read with torch.load(weights_only=True))
       stderr.log                      what libraries printed while the dashboard owned the tty
       torchrun.log                    torch.distributed.run's output (memtop train --nproc N)
 """
@@ -38,6 +40,7 @@ REPORT_JSON = "report.json"
 STDERR_LOG = "stderr.log"
 TORCHRUN_LOG = "torchrun.log"  # torch.distributed.run's own output under `memtop train --nproc`
 PROFILES = "profiles"
+WEIGHTS = "weights.pt"
 _RANK_FILE = re.compile(r"^metrics-rank-(\d+)\.jsonl$")
 
 
@@ -62,6 +65,23 @@ def profile_dir(run_dir: Path, first_step: int, rank: int | None = None) -> Path
     """profiles/step-N/ (or profiles/step-N/rank-K/ under several ranks)."""
     path = Path(run_dir) / PROFILES / f"step-{first_step}"
     return path / f"rank-{rank}" if rank is not None else path
+
+
+def weights_path(run_dir: Path) -> Path:
+    return Path(run_dir) / WEIGHTS
+
+
+def find_weights(path: str | os.PathLike[str]) -> Path:
+    """A weights file given as itself or as the run folder holding weights.pt."""
+    path = Path(path)
+    if not path.exists():
+        raise RunFolderError(f"{path} does not exist")
+    if path.is_dir():
+        if not weights_path(path).is_file():
+            raise RunFolderError(f"{path} has no {WEIGHTS} (runs save it at the end unless "
+                                 "--no-save-weights; inference runs have none)")
+        return weights_path(path)
+    return path
 
 
 def metrics_files(run_dir: Path) -> dict[int | None, Path]:
@@ -163,6 +183,22 @@ def write_text(path: Path, text: str) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+@contextlib.contextmanager
+def atomic_path(path: Path) -> Iterator[Path]:
+    """A temp path beside ``path`` to write to; renamed onto ``path`` when the block succeeds,
+    removed when it fails (for writers that want a file name, such as torch.save)."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        yield Path(tmp)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):

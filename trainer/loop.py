@@ -155,6 +155,8 @@ class Trainer:
                 gc.collect()
                 gc.freeze()
             self._train(mon, model, optimizer, scaler, batches, device, amp)
+            if cfg.save_weights and not self.recorder.write_failed:
+                self._save_weights(mon, model, amp)
             mon.close()
             self.exit_code = 1 if self.recorder.write_failed else 0
         except Exception as exc:  # a monitoring tool stays up when the training fails
@@ -215,6 +217,19 @@ class Trainer:
                 s.set(loss=loss, grad_norm=grad_norm, output=logits)
                 self.leak.keep(loss, logits)
                 del x, y, logits, loss
+
+    def _save_weights(self, mon: Monitor, model: GPT, amp: str) -> None:
+        """weights.pt for `memtop infer --weights RUN`; a failure is recorded, not raised."""
+        from probes.runfolder import WEIGHTS, weights_path
+        from trainer.checkpoint import save_weights
+
+        try:
+            size = save_weights(model, weights_path(self.run_dir), step=mon.step_count, amp=amp,
+                                seed=self.config.seed)
+        except Exception as exc:
+            mon.emit(R.WEIGHTS_SAVED, mon.step_count, {"error": f"{type(exc).__name__}: {exc}"})
+            return
+        mon.emit(R.WEIGHTS_SAVED, mon.step_count, {"path": WEIGHTS, "bytes": size})
 
     def _leak(self, step: int, start: bool) -> None:
         """Start the configured leak demo, or stop it and drop what it kept (training thread)."""

@@ -4,12 +4,18 @@ Attention comes in two forms. "explicit" materialises the (B, nh, T, T) score ma
 grows with T² as the tutorial explains; "sdpa" calls scaled_dot_product_attention, which may use
 a fused kernel that never stores the full matrix. The explicit form is the default because memtop
 is a tool for seeing memory, and T² is the term people most often miss.
+
+Generation (tutorial §5.2) runs in two phases over a per-layer KV cache (:class:`KVCache`):
+``prefill`` reads the whole prompt in one pass and fills the cache; ``decode_step`` feeds one
+new token per sequence and attends over everything cached. ``generate`` strings them together,
+and with ``use_cache=False`` recomputes the whole context for every token instead (the baseline
+the cache is measured against).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn as nn
@@ -60,23 +66,32 @@ class CausalSelfAttention(nn.Module):
         self.register_buffer("mask", mask.view(1, 1, config.block_size, config.block_size),
                              persistent=False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cache: KVCache | None = None, layer: int = 0) \
+            -> torch.Tensor:
         B, T, C = x.size()  # batch, sequence length, embedding dim
         hs = C // self.n_head
         q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
         q = q.view(B, T, self.n_head, hs).transpose(1, 2)  # (B, nh, T, hs)
         k = k.view(B, T, self.n_head, hs).transpose(1, 2)  # (B, nh, T, hs)
         v = v.view(B, T, self.n_head, hs).transpose(1, 2)  # (B, nh, T, hs)
+        past = 0
+        if cache is not None:
+            past = cache.length
+            k, v = cache.append(layer, k, v)  # (B, nh, past + T, hs): all keys/values so far
+        S = past + T  # keys each query may see (the newest query sits at position S - 1)
         if self.attention == "sdpa":
-            y = F.scaled_dot_product_attention(
-                q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=True
-            )
+            dropout = self.dropout if self.training else 0.0
+            if past == 0:
+                y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True)
+            else:  # is_causal aligns top-left, so a chunk after the cache needs its own mask
+                y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout,
+                                                   attn_mask=self.mask[:, :, past:S, :S])
         else:
-            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))  # (B, nh, T, T)
-            att = att.masked_fill(~self.mask[:, :, :T, :T], float("-inf"))
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))  # (B, nh, T, S)
+            att = att.masked_fill(~self.mask[:, :, past:S, :S], float("-inf"))
             att = F.softmax(att, dim=-1)
             att = self.attn_dropout(att)
-            y = att @ v  # (B, nh, T, T) x (B, nh, T, hs) -> (B, nh, T, hs)
+            y = att @ v  # (B, nh, T, S) x (B, nh, S, hs) -> (B, nh, T, hs)
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble heads: (B, T, C)
         return self.resid_dropout(self.c_proj(y))
 
@@ -101,8 +116,9 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(config.n_embd)
         self.mlp = MLP(config)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.ln_1(x))
+    def forward(self, x: torch.Tensor, cache: KVCache | None = None, layer: int = 0) \
+            -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x), cache, layer)
         x = x + self.mlp(self.ln_2(x))
         return x
 
@@ -140,20 +156,125 @@ class GPT(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
     def forward(
-        self, idx: torch.Tensor, targets: torch.Tensor | None = None
+        self, idx: torch.Tensor, targets: torch.Tensor | None = None,
+        cache: KVCache | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         B, T = idx.size()
-        if T > self.config.block_size:
-            raise ValueError(f"sequence length {T} exceeds block size {self.config.block_size}")
-        pos = torch.arange(0, T, dtype=torch.long, device=idx.device)  # (T,)
+        past = cache.length if cache is not None else 0
+        if past + T > self.config.block_size:
+            raise ValueError(f"sequence length {past + T} exceeds block size "
+                             f"{self.config.block_size}")
+        pos = torch.arange(past, past + T, dtype=torch.long, device=idx.device)  # (T,)
         tok_emb = self.transformer.wte(idx)  # (B, T, C)
         pos_emb = self.transformer.wpe(pos)  # (T, C)
         x = self.transformer.drop(tok_emb + pos_emb)
-        for block in self.transformer.h:
-            x = block(x)
+        for i, block in enumerate(self.transformer.h):
+            x = block(x, cache, i)
+        if cache is not None:
+            cache.length += T  # every layer has appended its T new positions
         x = self.transformer.ln_f(x)
-        logits = self.lm_head(x)  # (B, T, vocab)
+        if targets is None and cache is not None:
+            x = x[:, -1:, :]  # generating: only the last position's logits are needed
+        logits = self.lm_head(x)  # (B, T, vocab), or (B, 1, vocab) when generating
         loss = None
         if targets is not None:
             loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.view(-1))
         return logits, loss
+
+    # generation ------------------------------------------------------------------------------
+    def new_cache(self) -> KVCache:
+        return KVCache(self.config.n_layer)
+
+    def prefill(self, idx: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        """The prompt (B, T) in one pass, filling ``cache``; logits of the last position (B, V)."""
+        logits, _ = self(idx, cache=cache)
+        return logits[:, -1, :]
+
+    def decode_step(self, token: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        """One new token per sequence (B, 1) over the cache; its logits (B, V)."""
+        logits, _ = self(token, cache=cache)
+        return logits[:, -1, :]
+
+    def recompute_step(self, idx: torch.Tensor) -> torch.Tensor:
+        """No cache: the whole context (B, T) again, for the next token's logits (B, V)."""
+        logits, _ = self(idx)
+        return logits[:, -1, :]
+
+    @torch.inference_mode()
+    def generate(self, idx: torch.Tensor, max_new_tokens: int, *, use_cache: bool = True,
+                 top_k: int = 0, temperature: float = 1.0,
+                 generator: torch.Generator | None = None) -> torch.Tensor:
+        """Prompt (B, T) -> (B, T + max_new_tokens). Call model.eval() first (tutorial §2.4)."""
+        if idx.size(1) + max_new_tokens > self.config.block_size:
+            raise ValueError(f"{idx.size(1)} prompt + {max_new_tokens} new tokens exceed block "
+                             f"size {self.config.block_size}")
+        cache = self.new_cache() if use_cache else None
+        out = idx
+        for i in range(max_new_tokens):
+            if cache is None:
+                logits = self.recompute_step(out)
+            elif i == 0:
+                logits = self.prefill(out, cache)
+            else:
+                logits = self.decode_step(out[:, -1:], cache)
+            nxt = sample_next(logits, top_k=top_k, temperature=temperature,
+                              generator=generator)
+            out = torch.cat((out, nxt), dim=1)
+        return out
+
+
+@dataclass
+class KVCache:
+    """Every layer's keys and values so far, each (B, nh, length, hs).
+
+    Grown, not preallocated: each step appends with torch.cat, so the cache tensors hold exactly
+    the positions written, and their bytes rise by one position per decode step, the line the
+    tutorial's §5.2 draws and memtop measures against 2 × layers × B × T × dim × bytes. The price
+    is a copy of each layer's cache per token (old and new side by side for a moment; aten::cat
+    in the decode profile). A server preallocates to the longest context instead (no copies,
+    memory claimed at admission); see docs/INFERENCE.md for that trade.
+    """
+
+    n_layer: int
+    k: list[torch.Tensor | None] = field(default_factory=list)
+    v: list[torch.Tensor | None] = field(default_factory=list)
+    length: int = 0  # positions cached (same in every layer between steps)
+
+    def __post_init__(self) -> None:
+        self.k = [None] * self.n_layer
+        self.v = [None] * self.n_layer
+
+    def append(self, layer: int, k: torch.Tensor, v: torch.Tensor) \
+            -> tuple[torch.Tensor, torch.Tensor]:
+        old_k, old_v = self.k[layer], self.v[layer]
+        if old_k is not None and old_v is not None:
+            k = torch.cat((old_k, k), dim=2)
+            v = torch.cat((old_v, v), dim=2)
+        else:  # own storage: k and v are views into the (B, T, 3C) q/k/v projection
+            k, v = k.contiguous(), v.contiguous()
+        self.k[layer], self.v[layer] = k, v
+        return k, v
+
+    def tensors(self) -> list[torch.Tensor]:
+        return [t for t in (*self.k, *self.v) if t is not None]
+
+    def nbytes(self) -> int:
+        """Bytes of the storages the cache holds (measured from the tensors, each counted once)."""
+        seen: dict[int, int] = {}
+        for t in self.tensors():
+            storage = t.untyped_storage()
+            seen[storage.data_ptr()] = storage.nbytes()
+        return sum(seen.values())
+
+
+def sample_next(logits: torch.Tensor, *, top_k: int = 0, temperature: float = 1.0,
+                generator: torch.Generator | None = None) -> torch.Tensor:
+    """Next token per row (B, 1): greedy when ``top_k`` is 0, else top-k sampling from
+    ``generator`` (seeded by the caller, so a run repeats)."""
+    if top_k <= 0:
+        return torch.argmax(logits, dim=-1, keepdim=True)
+    logits = logits.float() / max(temperature, 1e-6)
+    values, indices = torch.topk(logits, min(top_k, logits.size(-1)), dim=-1)  # (B, k)
+    probs = F.softmax(values, dim=-1)
+    choice = torch.multinomial(probs, num_samples=1, generator=generator)  # (B, 1)
+    return torch.gather(indices, -1, choice)

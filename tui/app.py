@@ -23,7 +23,7 @@ from textual.containers import Grid, Horizontal, Vertical
 from textual.widgets import Footer
 
 from probes import records as R
-from probes.records import Event, Record, StepSample
+from probes.records import Event, Record, StepSample, switches_text
 from probes.ring import Ring
 from probes.runstate import RunState
 from tui.app_actions import AppActions
@@ -43,12 +43,15 @@ from tui.format import (
 from tui.format_panels import counter_pane
 from tui.run_end import RunEnd
 from tui.sources import FolderSource, RunSource, TrainerSource
+from tui.widgets.admission_line import AdmissionLine
 from tui.widgets.error_banner import ErrorBanner
 from tui.widgets.header import MemtopHeader
+from tui.widgets.kv_cache import KvCachePane
 from tui.widgets.leak_banner import LeakBanner
 from tui.widgets.ledger import LedgerPane
 from tui.widgets.memory_chart import MemoryChart
 from tui.widgets.metric_pane import MetricPane
+from tui.widgets.phase_throughput import PhaseThroughputPane
 from tui.widgets.rank_table import RankTable
 from tui.widgets.status_line import StatusLine
 from tui.widgets.top_ops import TopOpsTable
@@ -124,6 +127,26 @@ class MemtopApp(RanksView, AppActions, App[int]):
         return cls(source, ending=ending, device_type=config.torch_device.type, **kwargs)
 
     @classmethod
+    def for_infer(cls, config: Any, spec: Any, run_dir: Path, **kwargs: Any) -> MemtopApp:
+        """`memtop infer`: the inference runner on a thread, records via a ring."""
+        from trainer.infer import InferenceRunner
+
+        ring: Ring[Record] = Ring(maxlen=4096)
+        runner = InferenceRunner(config, spec, run_dir, sinks=[ring.push])
+        source = TrainerSource(runner, ring)
+        source.config = runner.config_json
+        ending = RunEnd(runner, runner.control, Path(run_dir))  # type: ignore[arg-type]
+        return cls(source, ending=ending, device_type=config.torch_device.type, **kwargs)
+
+    @property
+    def is_infer(self) -> bool:
+        return self.config.get("mode") == "infer"
+
+    @property
+    def _what(self) -> str:
+        return "INFERENCE" if self.is_infer else "TRAINING"
+
+    @classmethod
     def for_folder(cls, path: str | os.PathLike[str], **kwargs: Any) -> MemtopApp:
         """`memtop view`: a run folder, followed while another process writes it."""
         source = FolderSource(path)
@@ -156,6 +179,12 @@ class MemtopApp(RanksView, AppActions, App[int]):
         with Grid(id="panes"):
             for pane_id, kind in PANE_KINDS.items():
                 yield MetricPane(pane_id, labels[pane_id], kind, short[pane_id])
+        if self.is_infer:  # the inference ledger (docs/INFERENCE.md): cache, phases, admission
+            with Vertical(id="infer"):
+                with Horizontal(id="infer-panes"):
+                    yield KvCachePane(self.config.get("block_size"), id="kv")
+                    yield PhaseThroughputPane(id="phases")
+                yield AdmissionLine(id="admission")
         with Horizontal(id="lower", classes=f"view-{self.view}"):
             yield RankTable(id="ranks")
             with Vertical(id="chart-box"):
@@ -179,6 +208,9 @@ class MemtopApp(RanksView, AppActions, App[int]):
         self.ops_table = self.query_one(TopOpsTable)
         self.ledger = self.query_one(LedgerPane)
         self.rank_table = self.query_one(RankTable)
+        self.infer_panes: list[Any] = list(self.query(KvCachePane)) + list(
+            self.query(PhaseThroughputPane))
+        self.admission = next(iter(self.query(AdmissionLine)), None)
         # Python-level print()/warnings while the app runs: Textual captures and drops them;
         # keep them in the run's stderr.log (fd 2 while run_dashboard owns the terminal).
         self.begin_capture_print(self, stdout=True, stderr=True)
@@ -218,7 +250,7 @@ class MemtopApp(RanksView, AppActions, App[int]):
         records = self.source.poll()
         if records:
             self._take(records)
-        for pane in self.panes.values():
+        for pane in [*self.panes.values(), *self.infer_panes]:
             pane.refresh_view()
         if self.ranks_mode:
             self.rank_table.refresh_view()
@@ -258,6 +290,8 @@ class MemtopApp(RanksView, AppActions, App[int]):
         if label != self.panes["tokens"].label:
             self.panes["tokens"].relabel(label, label)
         self.chart.add_points(samples)
+        for infer_pane in self.infer_panes:
+            infer_pane.push(samples)
 
     def redraw_chart(self, force: bool = True) -> None:
         """Bring the chart up to date (every ~5 s on the timer; at once for a screenshot)."""
@@ -284,8 +318,12 @@ class MemtopApp(RanksView, AppActions, App[int]):
             st.state == "paused" and self._pause_pending != "resume")
         state = state_text(st.state, st.profile_phase, want_paused, self._quitting)
         batch, seq = self.config.get("batch_size"), self.config.get("seq_len")
+        switches = None
+        if self.is_infer:
+            seq = (self.config.get("prompt_len") or 0) + (self.config.get("new_tokens") or 0)
+            switches = switches_text((st.started or {}).get("switches"), short=True)
         text = header_text(
-            device_name=st.device_name, device_total=st.device_total_bytes,
+            device_name=st.device_name, device_total=st.device_total_bytes, switches=switches,
             amp=st.amp or "…", batch=batch, seq=seq, params=st.params or None, step=st.step,
             elapsed_s=self.elapsed_s(), state=state,
             width=self.header_bar.size.width or self.size.width or 80)
@@ -320,7 +358,7 @@ class MemtopApp(RanksView, AppActions, App[int]):
         self._show_rank_failure()
         st = self.run_state
         if st.state == "failed" and not self.error_banner.shown:
-            self.error_banner.show_message(f"TRAINING FAILED at step {st.step}: {st.error}\n"
+            self.error_banner.show_message(f"{self._what} FAILED at step {st.step}: {st.error}\n"
                                            "the last samples stay on screen; q quits")
 
     # events ------------------------------------------------------------------------------------
@@ -334,6 +372,13 @@ class MemtopApp(RanksView, AppActions, App[int]):
             amp = str(d.get("amp") or "")
             if amp and amp not in ("fp16", "auto"):
                 self.panes["scale"].set_note(f"not needed ({amp})")
+            if d.get("mode") == "infer":
+                self.panes["scale"].set_note("none: inference")
+                self.panes["loss"].set_note("none: inference")
+                self.ledger.set_placeholder("inference: no training ledger; the KV cache pane "
+                                            "and the admission line above are its ledger")
+        elif name == R.ADMISSION and self.admission is not None:
+            self.admission.show(d)
         elif name == R.LEAK_SUSPECTED:
             self.leak_banner.suspected(event.step, d)
             pane = counter_pane(str(d.get("counter")), self.device_type)
@@ -369,7 +414,7 @@ class MemtopApp(RanksView, AppActions, App[int]):
             self._pause_pending = None
         elif name == R.ERROR:
             self.error_banner.show_message(
-                f"TRAINING FAILED at step {event.step}: {d.get('error_type', 'Error')}: "
+                f"{self._what} FAILED at step {event.step}: {d.get('error_type', 'Error')}: "
                 f"{d.get('message', '')}\nthe last samples stay on screen; the traceback is in "
                 f"{self.run_dir / 'metrics.jsonl'}; q quits")
         elif name == R.MEMORY_SNAPSHOT:

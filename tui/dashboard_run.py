@@ -82,7 +82,15 @@ def run_dashboard(config: TrainConfig, run_dir: Path) -> int:
 
     Exit status: 0 stopped or finished, 1 training failed, 128 + N after signal N (as headless).
     """
-    app = MemtopApp.for_run(config, run_dir)
+    return run_app(MemtopApp.for_run(config, run_dir), run_dir)
+
+
+def run_infer_dashboard(config: object, spec: object, run_dir: Path) -> int:
+    """``memtop infer`` on a terminal: the same app over the inference runner."""
+    return run_app(MemtopApp.for_infer(config, spec, run_dir), run_dir)
+
+
+def run_app(app: MemtopApp, run_dir: Path) -> int:
     with stderr_to_file(Path(run_dir) / "stderr.log"), quit_on_signals(app):
         try:
             app.run()

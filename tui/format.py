@@ -271,13 +271,14 @@ def state_text(state: str, profile_phase: str | None, pause_requested: bool,
 
 def header_text(*, device_name: str, device_total: int | None, amp: str, batch: int | None,
                 seq: int | None, params: int | None, step: int, elapsed_s: float | None,
-                state: str, width: int) -> str:
+                state: str, width: int, switches: str | None = None) -> str:
     """The header line; drops the least useful parts first when narrow. B/T are left out for
-    a loop that did not say them."""
+    a loop that did not say them; ``switches``: an inference run's eval/inference_mode/scaler."""
     total = f" {format_bytes(device_total)}" if device_total else ""
     device = f"{device_name or '…'}{total}"
     shape = [f"B{batch} T{seq}"] if batch and seq else []
-    parts = [device, f"amp {amp}", *shape, f"{format_count(params)} params",
+    parts = [device, f"amp {amp}", *shape, *([switches] if switches else []),
+             f"{format_count(params)} params",
              f"step {step}", format_clock(elapsed_s), state.upper()]
     for sep, lead in ((" │ ", " memtop │ "), (" │ ", " "), (" · ", " "), (" ", "")):
         text = lead + sep.join(parts)

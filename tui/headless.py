@@ -8,7 +8,7 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from probes import records as R
 from probes.control import RunControl
@@ -65,12 +65,20 @@ def run_headless(config: TrainConfig, run_dir: Path, log_every: int = 10,
                  out: TextIO | None = None) -> int:
     """Train in a background thread; Ctrl-C / SIGTERM stop it at a step boundary."""
     from trainer.instruments import build_hooks
-    from tui.finish import finish_run
 
     out = out or sys.stdout
     control = RunControl()
     trainer = Trainer(config, run_dir, control=control, sinks=[HeadlessPrinter(log_every, out)],
                       hooks=build_hooks(config))
+    return drive(trainer, control, run_dir, out)
+
+
+def drive(runner: Any, control: RunControl, run_dir: Path, out: TextIO) -> int:
+    """Start ``runner`` (a Trainer or an InferenceRunner: start/join/exit_code/sink_errors) on
+    its thread and wait; the first Ctrl-C / SIGTERM stops it at a step boundary, a second one
+    leaves at once. Writes the report at the end."""
+    from tui.finish import finish_run
+
     print(f"memtop: run folder {run_dir}", file=out, flush=True)
     received: list[int] = []
 
@@ -87,8 +95,8 @@ def run_headless(config: TrainConfig, run_dir: Path, log_every: int = 10,
         for sig in (signal.SIGINT, signal.SIGTERM):
             previous[sig] = signal.signal(sig, on_signal)
     try:
-        trainer.start()
-        while not trainer.join(timeout=0.2):
+        runner.start()
+        while not runner.join(timeout=0.2):
             pass
         finish_run(run_dir, out)  # the report, from the rows on disk
     except KeyboardInterrupt:
@@ -97,11 +105,11 @@ def run_headless(config: TrainConfig, run_dir: Path, log_every: int = 10,
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    if trainer.sink_errors:  # e.g. `| head`: the reader went away, the run carried on
+    if runner.sink_errors:  # e.g. `| head`: the reader went away, the run carried on
         _quiet_stdout()
     if received:
         return EXIT_SIGINT if received[0] == signal.SIGINT else EXIT_SIGTERM
-    return 1 if trainer.exit_code is None else trainer.exit_code
+    return 1 if runner.exit_code is None else runner.exit_code
 
 
 def _quiet_stdout() -> None:

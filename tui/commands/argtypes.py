@@ -21,7 +21,8 @@ class HelpFormatter(argparse.HelpFormatter):
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
-        if "%(default)" in text or action.default in (None, False, [], argparse.SUPPRESS):
+        if "%(default)" in text or action.default in (None, False, [], argparse.SUPPRESS) \
+                or isinstance(action, argparse._StoreFalseAction):
             return text
         return text + " (default: %(default)s)"
 

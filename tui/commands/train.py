@@ -53,6 +53,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="headless: print one line every N steps")
     _opt(g, "--run-dir", "run_dir", "folder in which a fresh <timestamp>-<id>/ run folder "
          "is made", metavar="DIR")
+    _opt(g, "--no-save-weights", "save_weights", "do not write weights.pt into the run "
+         "folder at the end (memtop infer --weights RUN reads it)", action="store_false")
     g = p.add_argument_group("several ranks (DDP through torch.distributed.run)")
     _opt(g, "--nproc", "nproc", "ranks on this machine: one per GPU on CUDA, gloo on CPU",
          type=int_arg)

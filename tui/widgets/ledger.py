@@ -57,6 +57,11 @@ class LedgerPane(Vertical):
     def on_mount(self) -> None:
         self.border_title = "memory ledger (measured vs predicted)"
 
+    def set_placeholder(self, text: str) -> None:
+        """What the pane says while it has no ledger (e.g. an inference run never has one)."""
+        if self.data is None:
+            self._body.update(text)
+
     def show_ledger(self, data: dict[str, Any]) -> None:
         self.data = data
         self.set_class(False, "-empty")

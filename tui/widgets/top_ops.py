@@ -100,7 +100,9 @@ class TopOpsTable(Vertical):
             table.add_row(*cells)
         step = self.window.get("step")
         where = self.window.get("dir")
-        title = f"top ops · step {step} · by {op_column_title(self.sort_key)} (o)"
+        phase = self.window.get("phase")  # inference windows cover one phase only
+        what = f"{phase} top ops" if phase else "top ops"
+        title = f"{what} · step {step} · by {op_column_title(self.sort_key)} (o)"
         analysis = self.window.get("analysis_s")
         subtitle = str(where or "")
         if analysis is not None:

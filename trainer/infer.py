@@ -1,0 +1,391 @@
+"""memtop's inference loop: requests of B sequences, each a prefill then one decode step per
+token, over the KV cache (trainer/model.py), on one background thread like the trainer.
+
+The tutorial's three switches (§2.4) are set where inference starts: model.eval(),
+torch.inference_mode() around every step, and no GradScaler (nothing is trained). Every step is
+one row of metrics.jsonl with its phase, tokens, wall time, the cache's measured bytes beside
+2 × layers × B × T × dim × bytes, and the usual counters; a step ends when its new tokens are on
+the host (what a server streams), so step time includes the device's work. docs/INFERENCE.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.profiler import record_function
+
+from probes import records as R
+from probes.control import RunControl
+from probes.control_socket import ControlServer
+from probes.hooks import GPTShape, RunContext
+from probes.kvcache import DTYPE_BYTES, KV_FORMULA, admission, kv_bytes_per_token, kv_cache_bytes
+from probes.memory import MemoryProbe
+from probes.nvml import NvmlPoller
+from probes.recorder import RunRecorder, Sink
+from probes.records import StepSample
+from probes.report import percentile
+from probes.runfolder import socket_name
+from probes.sysinfo import host_ram_bytes, system_info
+from trainer.data import load_corpus
+from trainer.infer_config import InferConfig, ModelSpec
+from trainer.infer_profile import PhaseProfiler
+from trainer.model import GPT, KVCache, sample_next
+
+AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+class InferenceRunner:
+    """Runs the requests on its own thread; same shape as trainer.loop.Trainer."""
+
+    def __init__(self, config: InferConfig, spec: ModelSpec, run_dir: Path,
+                 control: RunControl | None = None, sinks: list[Sink] | None = None,
+                 listen: bool = True, freeze_gc: bool = True) -> None:
+        self.config = config
+        self.spec = spec
+        self.run_dir = Path(run_dir)
+        self.control = control or RunControl()
+        self.listen = listen
+        self.freeze_gc = freeze_gc
+        self.exit_code: int | None = None
+        self._thread: threading.Thread | None = None
+        gpt = spec.config
+        self.config_json = {**config.to_json(), "layers": gpt.n_layer, "heads": gpt.n_head,
+                            "dim": gpt.n_embd, "block_size": gpt.block_size,
+                            "attention": gpt.attention, "weights_source": spec.source}
+        self.recorder = RunRecorder(self.run_dir, sinks=sinks or [], config=self.config_json,
+                                    on_write_failed=self.control.stop)
+        self.step = 0
+        self.request = 0  # the request running (1-based)
+        self.peak: int | None = None
+
+    @property
+    def status(self) -> Any:
+        return self.recorder.state
+
+    def elapsed_s(self) -> float:
+        return self.recorder.elapsed_s()
+
+    @property
+    def sink_errors(self) -> list[str]:
+        return self.recorder.sink_errors
+
+    def start(self) -> threading.Thread:
+        self._thread = threading.Thread(target=self.run, name="memtop-infer", daemon=True)
+        self._thread.start()
+        return self._thread
+
+    def join(self, timeout: float | None = None) -> bool:
+        if self._thread is not None:
+            self._thread.join(timeout)
+            return not self._thread.is_alive()
+        return True
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    # the run -----------------------------------------------------------------------------------
+    def run(self) -> int:
+        """Generate; 0 when finished or stopped, 1 when it failed."""
+        cfg, started = self.config, False
+        self.server: ControlServer | None = None
+        self.nvml: NvmlPoller | None = None
+        self.profiler: PhaseProfiler | None = None
+        try:
+            device, amp = cfg.resolve()
+            if device.type == "cuda":
+                torch.cuda.set_device(device)
+            torch.manual_seed(cfg.seed)
+            model = GPT(self.spec.config)
+            if self.spec.state is not None:
+                model.load_state_dict(self.spec.state)
+            model.to(device)
+            model.eval()  # switch 1: dropout off, the same prompt gives the same tokens
+            self._setup(model, device, amp)
+            started = True
+            if self.freeze_gc:
+                gc.collect()
+                gc.freeze()
+            self._generate(model, device, amp)
+            self._end("finished" if not self.control.stop_requested else None)
+            self.exit_code = 0
+        except Exception as exc:  # a monitoring tool stays up and says why
+            with contextlib.suppress(Exception):
+                self.recorder.emit(R.ERROR, self.step, {
+                    "error_type": type(exc).__name__, "message": str(exc),
+                    "traceback": traceback.format_exc()})
+            self._end("failed", started)
+            self.exit_code = 1
+        return self.exit_code
+
+    def _setup(self, model: GPT, device: torch.device, amp: str) -> None:
+        cfg, gpt = self.config, self.spec.config
+        self.device, self.amp = device, amp
+        self.memory = MemoryProbe(device)
+        self.bpe = DTYPE_BYTES[amp]
+        if device.type == "cuda":
+            self.nvml = NvmlPoller.for_cuda_device(device)
+            self.nvml.start()
+            total: int | None = torch.cuda.get_device_properties(device).total_memory
+            name = torch.cuda.get_device_name(device)
+        else:
+            total, name = host_ram_bytes(), "CPU"
+        self.total = total
+        for block in model.transformer.h:  # CPU: fold mid-forward heap readings into the peak
+            block.register_forward_hook(lambda *_: self.memory.observe_peak())
+        if self.listen:
+            self.server = ControlServer(self.run_dir / socket_name(None), self.control,
+                                        self._ping, self._refuse)
+            self.server.start()
+        self.weights_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+        self.recorder.emit(R.RUN_STARTED, 0, {
+            "device": str(device), "device_name": name, "device_total_bytes": total,
+            "amp": amp, "params": sum(p.numel() for p in model.parameters()),
+            "counters": self.memory.counter_source, "pid": os.getpid(), "mode": "infer",
+            "weights": self.spec.source, "weights_bytes": self.weights_bytes,
+            "switches": {"eval": not model.training, "inference_mode": True,
+                         "grad_scaler": None},
+            "kv_formula": KV_FORMULA,
+            "kv_bytes_per_token": kv_bytes_per_token(gpt.n_layer, gpt.n_embd, self.bpe),
+            "socket": self.server.path.name if self.server and not self.server.error else None,
+            "requests": self._capabilities(), "system": system_info(device)})
+        phases = {"both": (R.PREFILL, R.DECODE), "none": ()}.get(cfg.profile_phase,
+                                                                 (cfg.profile_phase,))
+        self.profiler = PhaseProfiler(phases, cfg.profile_active,
+                                      at_request=2 if cfg.requests >= 2 else 1)
+        self.profiler.setup(RunContext(
+            model, None, None, device, amp, self.run_dir, self.memory,  # type: ignore[arg-type]
+            self.recorder.publish, self.recorder.elapsed_s, total, max_steps=0,
+            model_shape=GPTShape(gpt.n_layer, gpt.n_head, gpt.n_embd, gpt.attention,
+                                 gpt.block_size, gpt.vocab_size),
+            config=self.config_json))
+        self.gen = torch.Generator(device=device).manual_seed(cfg.seed)
+
+    def _end(self, reason: str | None, started: bool = True) -> None:
+        if self.profiler is not None:
+            with contextlib.suppress(Exception):
+                self.profiler.close()
+        why = reason or self.control.stop_reason or "stopped"
+        with contextlib.suppress(Exception):
+            self.recorder.emit(R.RUN_FINISHED, self.step, {"reason": why})
+        if self.server is not None:
+            self.server.close()
+        if self.nvml is not None:
+            self.nvml.stop()
+        if started:
+            self.memory.close()
+        self.recorder.close()
+
+    # requests ------------------------------------------------------------------------------------
+    def _prompts(self, request: int) -> torch.Tensor:
+        """B windows of the shipped text, different for each request, the same for each seed."""
+        cfg = self.config
+        data = self._corpus
+        g = torch.Generator().manual_seed(cfg.seed + request)
+        starts = torch.randint(0, data.numel() - cfg.prompt_len, (cfg.batch_size,), generator=g)
+        idx = starts[:, None] + torch.arange(cfg.prompt_len)[None, :]
+        return data[idx].to(self.device)
+
+    def _generate(self, model: GPT, device: torch.device, amp: str) -> None:
+        self._corpus = load_corpus().long()
+        self.memory.reset_peak()
+        for request in range(1, self.config.requests + 1):
+            self.request = request
+            if self._boundary(self.step + 1):
+                return
+            self._request(model, request)
+            if self.control.stop_requested:
+                return
+        if self.config.baseline_tokens > 0 and not self.control.stop_requested:
+            self._cache_baseline(model)
+
+    def _request(self, model: GPT, request: int) -> None:
+        cfg, prof = self.config, self.profiler
+        assert prof is not None
+        prompt = self._prompts(request)
+        cache = model.new_cache()
+        used_before = self.memory.read().allocated_bytes
+        self.step += 1
+        prof.maybe_open(self.step, R.PREFILL, request, 0)
+        first, tok, prefill_peak = self._step(R.PREFILL, request, cache,
+                                              lambda t: model.prefill(prompt, cache), None)
+        decode: list[StepSample] = []
+        for i in range(cfg.new_tokens - 1):
+            if self._boundary(self.step + 1):
+                break
+            self.step += 1
+            if i >= 1:  # the first decode step of a request is left out of the window
+                prof.maybe_open(self.step, R.DECODE, request, cfg.new_tokens - 1 - i)
+            sample, tok, _ = self._step(R.DECODE, request, cache,
+                                        lambda t: model.decode_step(t, cache), tok)
+            decode.append(sample)
+        clean = [s.step_ms for s in decode if not s.profiling]
+        dec_s = sum(s.step_ms for s in decode) / 1000.0
+        self.recorder.emit(R.REQUEST_DONE, self.step, {
+            "request": request, "ttft_ms": first.step_ms,
+            "decode_ms_p50": percentile(clean, 50), "decode_ms_p95": percentile(clean, 95),
+            "prefill_tokens_per_s": first.tokens_per_s,
+            "decode_tokens_per_s": (cfg.batch_size * len(decode) / dec_s) if dec_s else None,
+            "kv_cache_bytes": cache.nbytes(),
+            "kv_cache_predicted_bytes": self._predicted(cache.length),
+            "new_tokens": 1 + len(decode)})
+        if request == 1 and used_before is not None and prefill_peak is not None:
+            self._admission(used_before, prefill_peak, first.kv_cache_bytes or 0)
+
+    def _predicted(self, positions: int) -> int:
+        gpt = self.spec.config
+        return kv_cache_bytes(gpt.n_layer, self.config.batch_size, positions, gpt.n_embd,
+                              self.bpe)
+
+    def _compute(self, phase: str) -> contextlib.ExitStack:
+        """The step's region: its profiler label, inference_mode (switch 2), autocast."""
+        stack = contextlib.ExitStack()
+        dtype = AMP_DTYPES.get(self.amp)
+        stack.enter_context(record_function(phase))
+        stack.enter_context(torch.inference_mode())
+        stack.enter_context(torch.autocast(self.device.type, dtype=dtype or torch.float32,
+                                           enabled=dtype is not None))
+        return stack
+
+    def _step(self, phase: str, request: int, cache: KVCache,
+              fn: Callable[[torch.Tensor | None], torch.Tensor], tok: torch.Tensor | None) \
+            -> tuple[StepSample, torch.Tensor, int | None]:
+        cfg = self.config
+        assert self.profiler is not None
+        tracing = self.profiler.tracing
+        self.memory.reset_peak()  # this step's own peak (the run's is their max)
+        t0 = time.perf_counter()
+        with self._compute(phase):
+            logits = fn(tok)
+            nxt = sample_next(logits, top_k=cfg.top_k, temperature=cfg.temperature,
+                              generator=self.gen)
+        nxt.cpu()  # the new tokens reach the host: the step (and on CUDA the device) is done
+        dt = max(time.perf_counter() - t0, 1e-9)
+        reading = self.memory.read()
+        step_peak = reading.peak_allocated_bytes
+        if step_peak is not None:
+            self.peak = step_peak if self.peak is None else max(self.peak, step_peak)
+        driver = reading.host_rss_bytes
+        if self.nvml is not None:
+            latest = self.nvml.latest
+            driver = latest.driver_bytes if latest is not None else None
+        tokens = cfg.batch_size * (cfg.prompt_len if phase == R.PREFILL else 1)
+        sample = StepSample(
+            step=self.step, time_s=self.recorder.elapsed_s(), loss=None,
+            tokens_per_s=tokens / dt, step_ms=dt * 1000.0,
+            allocated_bytes=reading.allocated_bytes, reserved_bytes=reading.reserved_bytes,
+            peak_allocated_bytes=self.peak, driver_used_bytes=driver,
+            host_rss_bytes=reading.host_rss_bytes, scale=None, skipped_steps=0, amp=self.amp,
+            device=str(self.device), profiling=tracing, phase=phase, tokens=tokens,
+            request=request, context_tokens=cache.length, kv_cache_bytes=cache.nbytes(),
+            kv_cache_predicted_bytes=self._predicted(cache.length))
+        self.recorder.publish(sample)
+        self.profiler.end_step(self.step, sample)
+        return sample, nxt, step_peak
+
+    def _admission(self, used: int, prefill_peak: int, kv_after_prefill: int) -> None:
+        cfg, gpt = self.config, self.spec.config
+        budget, source = cfg.max_memory_bytes, "--max-memory"
+        if budget is None:
+            budget = self.total or 0
+            source = "device total" if self.device.type == "cuda" else "host RAM"
+        seq_len = cfg.prompt_len + cfg.new_tokens
+        temp = (prefill_peak - used - kv_after_prefill) // cfg.batch_size
+        adm = admission(budget, source, used, self.weights_bytes,
+                        kv_cache_bytes(gpt.n_layer, 1, seq_len, gpt.n_embd, self.bpe), temp,
+                        seq_len)
+        self.recorder.emit(R.ADMISSION, self.step, adm.to_json())
+
+    # the cache-off baseline ----------------------------------------------------------------------
+    def _cache_baseline(self, model: GPT) -> None:
+        """The same short generation with the cache and by recomputing the whole context per
+        token (prompt 1's sequences, greedy): the cache's speed/memory trade, measured."""
+        n = self.config.baseline_tokens
+        prompt = self._prompts(1)
+        runs = {}
+        for mode in ("cached", "recompute"):
+            cache = model.new_cache() if mode == "cached" else None
+            seq, times, peak = prompt, [], 0
+            for i in range(n):
+                self.memory.reset_peak()
+                t0 = time.perf_counter()
+                with self._compute(R.PREFILL if mode == "cached" and i == 0 else
+                                   R.DECODE if mode == "cached" else "recompute"):
+                    if cache is None:
+                        logits = model.recompute_step(seq)
+                    elif i == 0:
+                        logits = model.prefill(seq, cache)
+                    else:
+                        logits = model.decode_step(seq[:, -1:], cache)
+                    nxt = sample_next(logits)
+                seq = torch.cat((seq, nxt.cpu().to(seq.device)), dim=1)
+                times.append((time.perf_counter() - t0) * 1000.0)
+                peak = max(peak, self.memory.read().peak_allocated_bytes or 0)
+            runs[mode] = (seq, times, peak, cache.nbytes() if cache is not None else 0)
+        (c_seq, c_ms, c_peak, kv), (r_seq, r_ms, r_peak, _) = runs["cached"], runs["recompute"]
+        later_c, later_r = c_ms[1:] or c_ms, r_ms[1:] or r_ms
+        c50, r50 = percentile(later_c, 50), percentile(later_r, 50)
+        self.recorder.emit(R.CACHE_BASELINE, self.step, {
+            "tokens": n, "batch_size": self.config.batch_size,
+            "prompt_len": self.config.prompt_len,
+            "cached_ms_per_token_p50": c50, "recompute_ms_per_token_p50": r50,
+            "cached_total_ms": sum(c_ms), "recompute_total_ms": sum(r_ms),
+            "speedup": (r50 / c50) if c50 and r50 else None,
+            "cached_peak_bytes": c_peak or None, "recompute_peak_bytes": r_peak or None,
+            "kv_cache_bytes": kv, "same_tokens": bool(torch.equal(c_seq, r_seq)),
+            "peak_note": ("per-step peaks of the allocator" if self.device.type == "cuda" else
+                          "sampled heap peaks (mallinfo2), between blocks and at step ends")})
+
+    # steering ------------------------------------------------------------------------------------
+    def _boundary(self, step: int) -> bool:
+        """Before ``step``: act on due requests, wait while paused; True when asked to stop."""
+        for req in self.control.take_due(step):
+            self.recorder.emit(R.CONTROL, step - 1, {"request": req.kind, "source": req.source,
+                                                     "at_step": req.at_step})
+            if req.kind == "pause":
+                self.control.pause()
+            elif req.kind == "resume":
+                self.control.resume()
+            elif req.kind == "stop":
+                self.control.stop(req.reason or f"stopped by {req.source}")
+            elif req.kind == "report":
+                threading.Thread(target=self._report, name="memtop-report", daemon=True).start()
+            elif req.kind == "profile" and self.profiler is not None:
+                # the next request's prefill and decode steps (a window never mixes phases)
+                self.profiler.rearm(self.request + 1)
+        if self.control.paused and not self.control.stop_requested:
+            self.recorder.emit(R.PAUSED, step - 1, {})
+            t0 = time.perf_counter()
+            self.control.wait_while_paused()
+            self.recorder.emit(R.RESUMED, step - 1, {"paused_s": time.perf_counter() - t0})
+        return self.control.stop_requested
+
+    def _report(self) -> None:
+        from probes.report import write_report
+
+        with contextlib.suppress(Exception):
+            path = write_report(self.run_dir)
+            self.recorder.emit(R.REPORT_WRITTEN, self.step, {"path": path.name})
+
+    def _capabilities(self) -> list[str]:
+        return ["pause", "resume", "stop", "report", "profile"]
+
+    def _refuse(self, req: Any) -> str | None:
+        if req.kind not in self._capabilities():
+            return (f"this inference run cannot do {req.kind!r} (it can: "
+                    f"{', '.join(self._capabilities())})")
+        return None
+
+    def _ping(self) -> dict[str, Any]:
+        st = self.recorder.state
+        return {"pid": os.getpid(), "rank": None, "step": self.step, "state": st.state,
+                "paused": self.control.paused, "requests": self._capabilities()}

@@ -1,0 +1,56 @@
+"""``memtop infer --headless``: one line per prefill, one every few decode steps, the events."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TextIO
+
+from probes import records as R
+from probes.control import RunControl
+from probes.records import Record, StepSample
+from probes.units import format_bytes, format_rate
+from tui.headless import drive, format_event_line
+
+
+def format_infer_line(s: StepSample) -> str:
+    """One compact line for an inference step (pure; tested without a run)."""
+    kv, pred = s.kv_cache_bytes, s.kv_cache_predicted_bytes
+    off = f" {kv / pred - 1:+.1%}" if kv is not None and pred else ""
+    return (f"{s.phase or '?':<7} req {s.request or '?':>3} step {s.step:>5}  "
+            f"ctx {s.context_tokens or 0:>5}  {s.step_ms:7.2f} ms  "
+            f"{format_rate(s.tokens_per_s)} tok/s  KV {format_bytes(kv)} "
+            f"(pred {format_bytes(pred)}{off})  alloc {format_bytes(s.allocated_bytes)}  "
+            f"peak {format_bytes(s.peak_allocated_bytes)}"
+            + ("  [profiling]" if s.profiling else ""))
+
+
+class InferPrinter:
+    def __init__(self, log_every: int, out: TextIO) -> None:
+        self.log_every = log_every
+        self.out = out
+        self._decode = 0
+
+    def __call__(self, record: Record) -> None:
+        if isinstance(record, StepSample):
+            show = record.phase == R.PREFILL
+            if record.phase == R.DECODE:
+                self._decode += 1
+                show = self._decode % self.log_every == 0
+            if show:
+                print(format_infer_line(record), file=self.out, flush=True)
+        elif record.kind is not None and record.kind.loud:
+            print(format_event_line(record), file=self.out, flush=True)
+            if record.event == R.ERROR and record.data.get("traceback"):
+                print(record.data["traceback"], file=sys.stderr, flush=True)
+
+
+def run_infer_headless(config: object, spec: object, run_dir: Path, log_every: int = 16,
+                       out: TextIO | None = None) -> int:
+    from trainer.infer import InferenceRunner
+
+    out = out or sys.stdout
+    control = RunControl()
+    runner = InferenceRunner(config, spec, run_dir, control=control,  # type: ignore[arg-type]
+                             sinks=[InferPrinter(log_every, out)])
+    return drive(runner, control, run_dir, out)
