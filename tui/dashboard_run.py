@@ -142,6 +142,35 @@ def _terminal_restorer(fd: int) -> Callable[[], None] | None:
     return restore
 
 
+def _terminal_detacher(fd: int) -> Callable[[], bool]:
+    """If the terminal on ``fd`` has hung up, put an empty pipe in its place and say so.
+
+    A hung-up tty is always "readable" and reads as EOF, so Textual's input thread would loop
+    on select() + read() as fast as it can, holding the GIL the quit needs (measured: ~70k
+    turns a second). A pipe nobody writes to makes its select() wait again. A terminal that
+    is still there (a SIGHUP sent by hand) is left alone, so it can be restored.
+    """
+    import errno
+    import termios
+
+    kept: list[int] = []
+
+    def detach() -> bool:
+        try:
+            termios.tcgetattr(fd)
+            return False
+        except termios.error as exc:
+            if not exc.args or exc.args[0] != errno.EIO:
+                return False
+        read_end, write_end = os.pipe()
+        os.dup2(read_end, fd)
+        os.close(read_end)
+        kept.append(write_end)  # open, never written: reads wait instead of seeing EOF
+        return True
+
+    return detach
+
+
 def run_dashboard(config: TrainConfig, run_dir: Path) -> NoReturn:
     """``memtop train`` on a terminal: the app until q (or a signal, or the terminal gone),
     then the paths.
@@ -157,15 +186,19 @@ def run_dashboard(config: TrainConfig, run_dir: Path) -> NoReturn:
         ending.control.stop(reason, urgent=True)  # the trainer acts on it at its next boundary
         app.signal_quit(signum)  # the UI: the same path as `q`
 
-    guard = ExitGuard(ask_quit, ending.end_now, _terminal_restorer(sys.__stdin__.fileno()))
+    stdin = sys.__stdin__.fileno()
+    guard = ExitGuard(ask_quit, ending.end_now, _terminal_restorer(stdin),
+                      _terminal_detacher(stdin))
     with stderr_to_file(Path(run_dir) / "stderr.log") as term, quit_on_signals(guard):
         term.on_lost = guard.on_terminal_lost
         try:
             app.run()
         finally:
+            guard.note("the dashboard has closed")
             remaining = guard.remaining_s()
             wait_s = SHUTDOWN_WAIT_S if remaining is None else remaining
             app.shutdown(wait_s, out=None if guard.armed else sys.stdout)
+            guard.note("the run folder is finished")
     out = None if term.lost else sys.stdout
     say(out, f"memtop: run folder {run_dir}")
     if app.report_path is not None:

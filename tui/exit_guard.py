@@ -32,18 +32,22 @@ class ExitGuard:
     """Arms on the first quit signal (or a lost terminal) and ends the process in time.
 
     ``ask_quit(signum, reason)`` is called once, from this guard's thread, to start the clean
-    quit. If the process is still here at the deadline, ``end_now(reason, budget_s)`` finishes
+    quit, after ``detach()`` has stopped the UI reading a terminal that is gone (a hung-up tty
+    reads as endless EOF: Textual's input thread would spin on it, holding the GIL). If the
+    process is still here at the deadline, ``end_now(reason, budget_s)`` finishes
     the run folder (RunEnd.end_now; None for a viewer, which owns no run) and ``restore()``
     puts the terminal back (bounded; skipped when the terminal is gone); then os._exit.
     """
 
     def __init__(self, ask_quit: Callable[[int, str], None],
                  end_now: Callable[[str, float], None] | None = None,
-                 restore: Callable[[], None] | None = None, deadline_s: float = DEADLINE_S,
+                 restore: Callable[[], None] | None = None,
+                 detach: Callable[[], bool] | None = None, deadline_s: float = DEADLINE_S,
                  final_s: float = FINAL_S, hurry_s: float = HURRY_S) -> None:
         self.ask_quit = ask_quit
         self.end_now = end_now
         self.restore = restore
+        self.detach = detach  # stops reading a terminal that is gone; True if it was gone
         self.deadline_s, self.final_s, self.hurry_s = deadline_s, final_s, hurry_s
         self.signum: int | None = None  # the first signal (SIGHUP for a lost terminal)
         self.terminal_lost = False
@@ -80,12 +84,20 @@ class ExitGuard:
             return None
         return max(0.0, self._t0 + self.deadline_s - time.monotonic())
 
+    def note(self, text: str) -> None:
+        """Once armed: a line in stderr.log with the time since the signal (where it went)."""
+        if self._t0 is not None:
+            _log(f"{text} ({time.monotonic() - self._t0:.2f} s)")
+
     def exit_code(self) -> int:
         return 128 + int(self.signum or signal.SIGTERM)
 
     # the guard's thread ---------------------------------------------------------------------
     def _run(self) -> None:
         self._armed.wait()
+        if self.detach is not None:
+            with contextlib.suppress(Exception):
+                self.terminal_lost = self.detach() or self.terminal_lost
         signum = int(self.signum or signal.SIGTERM)
         reason = ("interrupted (terminal lost)" if self.terminal_lost and signum == signal.SIGHUP
                   else f"interrupted ({signal.Signals(signum).name})")
