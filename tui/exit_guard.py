@@ -6,7 +6,7 @@ the event loop, which may be unable to run it: Textual's writer thread dies on E
 then blocks forever on its full output queue (DESIGN.md, wave 2). So a thread of our own,
 started before the app, owns the deadline: by ``deadline_s`` after the first signal the process
 has ended, normally or by this thread (the run folder sealed and its report written first).
-A second SIGTERM/SIGINT cuts the wait to ``hurry_s``. docs/ARCHITECTURE.md ("leaving").
+A second SIGTERM/SIGINT cuts the wait to ``hurry_s``. README: "When things go wrong".
 
 Signal handlers here only set flags and events: Python runs them on the main thread between two
 bytecodes, possibly while that thread holds a lock the handler would need.
