@@ -125,7 +125,7 @@ def quit_on_signals(guard: ExitGuard,
             signal.signal(sig, old if old is not None else signal.SIG_DFL)  # type: ignore[arg-type]
 
 
-def _terminal_restorer(fd: int) -> Callable[[], None] | None:
+def terminal_restorer(fd: int) -> Callable[[], None] | None:
     """Put the terminal back as it was (modes, screen, cursor) after a forced exit."""
     import termios
 
@@ -142,7 +142,7 @@ def _terminal_restorer(fd: int) -> Callable[[], None] | None:
     return restore
 
 
-def _terminal_detacher(fd: int) -> Callable[[], bool]:
+def terminal_detacher(fd: int) -> Callable[[], bool]:
     """If the terminal on ``fd`` has hung up, put an empty pipe in its place and say so.
 
     A hung-up tty is always "readable" and reads as EOF, so Textual's input thread would loop
@@ -187,8 +187,8 @@ def run_dashboard(config: TrainConfig, run_dir: Path) -> NoReturn:
         app.signal_quit(signum)  # the UI: the same path as `q`
 
     stdin = sys.__stdin__.fileno()
-    guard = ExitGuard(ask_quit, ending.end_now, _terminal_restorer(stdin),
-                      _terminal_detacher(stdin))
+    guard = ExitGuard(ask_quit, ending.end_now, terminal_restorer(stdin),
+                      terminal_detacher(stdin))
     with stderr_to_file(Path(run_dir) / "stderr.log") as term, quit_on_signals(guard):
         term.on_lost = guard.on_terminal_lost
         try:

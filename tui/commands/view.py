@@ -35,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("memtop view: no terminal here (stdin, stdout or stderr is not a TTY); "
                          f"use `memtop report {run_dir}` for a text summary")
     from tui.app import MemtopApp
-    from tui.dashboard_run import quit_on_signals
+    from tui.dashboard_run import quit_on_signals, terminal_detacher, terminal_restorer
     from tui.exit_guard import ExitGuard
     from tui.run_end import say
 
@@ -43,7 +43,9 @@ def run(args: argparse.Namespace) -> int:
         app = MemtopApp.for_folder(run_dir)
     except RunFolderError as exc:
         raise UsageError(f"memtop view: {exc}") from None
-    guard = ExitGuard(lambda signum, _reason: app.signal_quit(signum))  # leaves the run alone
+    stdin = sys.__stdin__.fileno()
+    guard = ExitGuard(lambda signum, _reason: app.signal_quit(signum),  # the run goes on
+                      restore=terminal_restorer(stdin), detach=terminal_detacher(stdin))
     with quit_on_signals(guard):
         try:
             app.run()
