@@ -40,6 +40,7 @@ class RunControl:
         self._stop = threading.Event()
         self._queue: list[Request] = []
         self.stop_reason: str | None = None
+        self.urgent = False  # the process is leaving (a signal, the terminal gone): no waiting
 
     # requests ----------------------------------------------------------------------------------
     def submit(self, request: Request) -> None:
@@ -90,11 +91,15 @@ class RunControl:
     def paused(self) -> bool:
         return not self._running.is_set()
 
-    def stop(self, reason: str = "stopped by user") -> None:
-        """Stop at the next step boundary (the first reason given is the one kept)."""
+    def stop(self, reason: str = "stopped by user", urgent: bool = False) -> None:
+        """Stop at the next step boundary (the first reason given is the one kept).
+
+        ``urgent``: the process must end within seconds, so instruments drop work they would
+        otherwise finish at the end of the run (a profiler table being analysed)."""
         with self._lock:
             if self.stop_reason is None:
                 self.stop_reason = reason
+            self.urgent = self.urgent or urgent
         self._stop.set()
         self._running.set()
 

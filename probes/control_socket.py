@@ -212,14 +212,14 @@ class ControlServer:
         return {"ok": True, "request": parsed.kind, "at_step": parsed.at_step,
                 "step": status.get("step"), "pid": status.get("pid"), "rank": status.get("rank")}
 
-    def close(self) -> None:
+    def close(self, wait_s: float = 2.0) -> None:
         """Stop listening and remove the socket file (a finished run is not live)."""
         self._closed.set()
         sock, self._sock = self._sock, None
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.close()
-        if self._thread is not None:
-            self._thread.join(timeout=2)
+        if self._thread is not None and wait_s > 0:
+            self._thread.join(timeout=wait_s)
         with contextlib.suppress(OSError):
             self.path.unlink()

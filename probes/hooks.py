@@ -51,6 +51,7 @@ class RunContext:
     config: Mapping[str, Any] = field(default_factory=dict)  # config.json's content
     rank: int | None = None  # under torchrun: this process's rank
     set_profile_phase: Callable[[str | None], None] = lambda phase: None
+    urgent: Callable[[], bool] = lambda: False  # the run is ending in a hurry (close(): no waits)
 
 
 @dataclass

@@ -280,7 +280,9 @@ class LeakWatch(StepHook):
 
     On CPU the sampled "allocated" is the host heap, so there is one series (process RSS where
     glibc's mallinfo2 is missing: coarser, but it still grows with a leak). Warmup steps, steps
-    in a profiler window and ``settle_steps`` after it (the profiler allocates and frees a lot),
+    the profiler traced (``sample.profiling``: its wait, warmup and active steps, not the
+    table's analysis, which runs in a child process) and ``settle_steps`` after them (the
+    trace's export frees the profiler's buffers into the next steps' heap readings),
     and the jump across a pause (the UI thread allocates in the same heap meanwhile) are left out.
     """
 

@@ -200,7 +200,8 @@ class Monitor:
         self.ctx = RunContext(model, optimizer, scaler, device, self._amp, self.run_dir,
                               self.memory, recorder.publish, recorder.elapsed_s, total,
                               warmup_steps=warmup_steps, max_steps=max_steps,
-                              model_shape=model_shape, config=dict(config or {}), rank=self.rank)
+                              model_shape=model_shape, config=dict(config or {}), rank=self.rank,
+                              urgent=lambda: self.control.urgent)
         self._forward_hook = model.register_forward_hook(self._on_forward)
         for hook in self.hooks:
             hook.setup(self.ctx)
@@ -254,6 +255,12 @@ class Monitor:
                 and not self.control.stop_requested:
             self._boundary(nxt)
         return self.control.stop_requested
+
+    @property
+    def step_in_flight(self) -> int | None:
+        """The step whose ``with`` block is running now, if any (read from any thread)."""
+        scope = self._in_step
+        return scope.step if scope is not None else None
 
     @property
     def state(self) -> Any:

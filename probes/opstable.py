@@ -23,6 +23,7 @@ import os
 import subprocess
 import sys
 import time
+import weakref
 from collections import defaultdict
 from decimal import Decimal
 from pathlib import Path
@@ -409,8 +410,40 @@ def spawn_worker(trace_path: Path, out_dir: Path, sort_by: str, top: int, use_de
         argv.append("--device")
     if profile_memory:
         argv.append("--memory")
-    return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+    argv += ["--parent", str(os.getpid())]
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                             stderr=log, close_fds=True, start_new_session=True)
+    _WORKERS.add(proc)
+    return proc
+
+
+_WORKERS: weakref.WeakSet[subprocess.Popen[bytes]] = weakref.WeakSet()  # this process's
+
+
+def kill_workers() -> int:
+    """Kill every analysis worker this process started that is still running (a process that
+    must leave now, from any thread); returns how many were killed."""
+    killed = 0
+    for proc in list(_WORKERS):
+        if proc.returncode is None:
+            with contextlib.suppress(OSError):
+                proc.kill()
+                killed += 1
+    return killed
+
+
+def _die_with_parent(parent: int) -> None:
+    """Linux: be killed when the process that started us dies, however it dies (SIGKILL
+    included); a table nobody will read must not keep a CPU busy."""
+    with contextlib.suppress(Exception):
+        import ctypes
+        import signal
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, int(signal.SIGKILL), 0, 0, 0)
+    if os.getppid() != parent:  # it died before prctl took effect
+        os._exit(1)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -427,7 +460,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nice", type=int, default=0, help="lower this process's priority")
     parser.add_argument("--wait-for-go", action="store_true",
                         help="wait for a line 'go' on stdin first; exit on anything else")
+    parser.add_argument("--parent", type=int, default=None,
+                        help="exit when this process (the one that started us) dies")
     args = parser.parse_args(argv)
+    if args.parent is not None:
+        _die_with_parent(args.parent)
     if args.nice:
         with contextlib.suppress(OSError):
             os.nice(args.nice)

@@ -220,10 +220,13 @@ class ProfilerWindow(StepHook):
         if self._window is not None:
             self._cancel_window(self._step, "run ended")
         if self._analysis is not None:
-            self._poll(self._step, block=True)
+            if self.ctx.urgent():  # the process is leaving now: no table, no child left behind
+                self._cancel_analysis(self._step, "the run was interrupted during analysis")
+            else:
+                self._poll(self._step, block=True)
         for worker in self._retired:
             try:
-                worker.wait(2)
+                worker.wait(0.2 if self.ctx.urgent() else 2)
             except subprocess.TimeoutExpired:
                 worker.kill()
         self._retired = []

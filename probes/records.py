@@ -39,7 +39,8 @@ class StepSample:
     amp: str  # "off" | "bf16" | "fp16" (autocast seen in the forward pass) | "unknown"
     device: str  # "cpu" | "cuda:0" ...
     grad_norm: float | None = None  # total gradient norm before clipping (unscaled)
-    profiling: bool = False  # this step ran inside a profiler window (wait, warmup or active)
+    profiling: bool = False  # the profiler traced this step (wait, warmup or active); not the
+    # steps while the window's table is analysed afterwards (a child process does that)
     leak_active: bool = False  # a leak demo was injecting during this step
     samples_per_s: float | None = None  # for loops that count samples, not tokens
     micro_batches: int | None = None  # forward passes in this optimizer step (accumulation)
@@ -399,7 +400,8 @@ _KINDS = (
                           **{k: "scalar" for k in _SOFTWARE}}},
               summary=_started),
     EventKind(RUN_FINISHED, "the last row of every run: why it ended",
-              {"reason": "str", "state": "str"}, summary=lambda d: str(d.get("reason"))),
+              {"reason": "str", "state": "str", "abandoned_step": "int"},
+              summary=lambda d: str(d.get("reason"))),
     EventKind(ERROR, "the training failed: type, message, traceback, CUDA artifacts",
               {"error_type": "str", "message": "str", "traceback": "str"}, summary=_error),
     EventKind(PAUSED, "training paused at a step boundary", {"source": "str"},

@@ -118,12 +118,19 @@ def _flops_per_token(config: dict[str, Any], params: int | None,
 
 
 def _steps_for_stats(steps: list[dict[str, Any]], warmup: int) -> tuple[list[dict], str]:
+    """Timing stats leave out the warmup and only the steps the profiler traced (its wait,
+    warmup and active steps: ``profiling``); the table's analysis afterwards runs in a child
+    process and its steps count."""
     after = [r for r in steps if r["step"] > warmup]
     clean = [r for r in after if not r.get("profiling")]
+    traced = len(after) - len(clean)
+    if clean and traced:
+        return clean, (f"steps after warmup ({warmup}), the {traced} steps the profiler traced "
+                       "(wait, warmup, active) left out")
     if clean:
-        return clean, f"steps after warmup ({warmup}), profiler-window steps left out"
+        return clean, f"steps after warmup ({warmup})"
     if after:
-        return after, f"steps after warmup ({warmup}); all of them were profiled"
+        return after, f"steps after warmup ({warmup}); all of them were traced by the profiler"
     return steps, "all steps (none after warmup were recorded)"
 
 

@@ -68,8 +68,24 @@ def in_thread(fn, *args, **kwargs):
     return box.get("value")
 
 
+# --- waiting on conditions, never on the clock -------------------------------------------------
+DEADLINE_S = 90.0  # an upper bound for a busy 2-core machine, never a duration to wait out
+
+
+def wait_until(condition, what: str, timeout_s: float = DEADLINE_S, poll_s: float = 0.01):
+    """Block until ``condition()`` is true (returns its value); AssertionError naming ``what``
+    after ``timeout_s``. For threads and processes; ``wait_for`` below is the Pilot's."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while not (value := condition()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(poll_s)
+    return value
+
+
 # --- the dashboard under Pilot ---------------------------------------------------------------
-DEADLINE_S = 90.0
 
 
 async def wait_for(pilot, condition, what: str, step_s: float = 0.1) -> None:

@@ -7,6 +7,7 @@ import random
 import time
 
 import pytest
+from conftest import wait_until
 
 from probes.control import RunControl
 from probes.leak import (
@@ -253,14 +254,14 @@ def test_healthy_run_with_pause_and_profiler_windows_stays_quiet(tiny_config):
     window = ProfilerWindow(1, 1, 3, at_steps=[40, 100], analysis="inprocess")
     control = RunControl()
     trainer, sink = train(cfg, [window, watch], control=control)
-    deadline = time.monotonic() + 300
-    while trainer.status.step < 70 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: trainer.status.step >= 70, "step 70", timeout_s=300)
     control.pause()
-    while trainer.status.state != "paused" and time.monotonic() < deadline:
-        time.sleep(0.01)  # the step in flight finishes first (slow on a busy CPU)
+    wait_until(lambda: trainer.status.state == "paused", "the pause", timeout_s=300)
     held = [bytearray(MIB) for _ in range(16)]  # the UI thread allocates while training waits
-    time.sleep(1.5)
+    # a pause of at least 1.5 s, longer than the detector's pause_gap_s (1 s): a lower bound,
+    # true on any machine, so the gap across it is always recognised as a pause
+    paused = time.monotonic()
+    wait_until(lambda: time.monotonic() - paused >= 1.5, "a 1.5 s pause")
     control.resume()
     assert trainer.join(300) and trainer.exit_code == 0
     assert len(sink.samples) == 150 and held
@@ -276,19 +277,13 @@ def test_leak_demo_toggled_through_the_control_object(tiny_config):
     control = RunControl()
     trainer, sink = train(cfg, [LeakWatch()], control=control)
 
-    def wait_for(predicate, timeout=300.0):  # upper bounds only: the CPU is shared
-        deadline = time.monotonic() + timeout
-        while not predicate() and time.monotonic() < deadline:
-            time.sleep(0.005)
-        return predicate()
-
     try:
-        assert wait_for(lambda: trainer.status.step >= 20)
+        wait_until(lambda: trainer.status.step >= 20, "step 20", timeout_s=300)
         control.start_leak()  # `l`: start the graph leak
-        assert wait_for(lambda: sink.named("leak_suspected"))
+        wait_until(lambda: sink.named("leak_suspected"), "the alert", timeout_s=300)
         assert trainer.status.leak_active
         control.stop_leak()  # `l` again: stop it and drop what it kept
-        assert wait_for(lambda: sink.named("leak_cleared"))
+        wait_until(lambda: sink.named("leak_cleared"), "the all-clear", timeout_s=300)
     finally:
         control.stop()
         trainer.join(300)

@@ -12,11 +12,10 @@ import signal
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, TINY, run_cli
+from conftest import ROOT, TINY, run_cli, wait_until
 
 from probes.report import ReportError, build_report, peak_flops, percentile, write_report
 from tui.cli import main as cli_main
@@ -124,16 +123,12 @@ def test_killed_run_gets_an_incomplete_report(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = subprocess.Popen([sys.executable, "-m", "tui.cli", *args], cwd=ROOT, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    def ledger_written():
+        found = list(root.glob("*/metrics.jsonl"))
+        return found[0] if found and '"event":"ledger"' in found[0].read_text() else None
+
     try:
-        deadline = time.monotonic() + 60
-        metrics = None
-        while time.monotonic() < deadline:
-            found = list(root.glob("*/metrics.jsonl"))
-            if found and '"event":"ledger"' in found[0].read_text():
-                metrics = found[0]
-                break
-            time.sleep(0.1)
-        assert metrics is not None, "the run never measured its ledger"
+        metrics = wait_until(ledger_written, "the run's ledger row", poll_s=0.1)
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)

@@ -23,15 +23,14 @@ async def test_resizing_mid_run_keeps_training_and_layout(make_app):
     app = make_app()
     async with app.run_test(size=(120, 40)) as pilot:
         await wait_for(pilot, lambda: app.trainer.status.step >= 3, "first steps")
+        widgets = (app.header_bar, app.status_line, *app.panes.values())
         for width, height in ((60, 20), (200, 60), (80, 24)):
             await pilot.resize_terminal(width, height)
             before = app.trainer.status.step
             await wait_for(pilot, lambda b=before: app.trainer.status.step >= b + 3,
                            f"steps after resizing to {width}x{height}")
-            await pilot.pause(0.3)
-            assert app.size == (width, height)
-            for widget in (app.header_bar, app.status_line, *app.panes.values()):
-                assert _inside(widget, width, height), (widget, width, height)
+            await wait_for(pilot, lambda w=width, h=height: app.size == (w, h) and all(
+                _inside(x, w, h) for x in widgets), f"the layout at {width}x{height}")
         assert app.trainer.alive and app.trainer.status.state == "running"
         await pilot.press("q")
         await wait_for(pilot, lambda: not app.trainer.alive, "the trainer to stop")

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import math
-import time
 
 import pytest
+from conftest import wait_until
 
 from probes.control import RunControl
 from probes.hooks import StepHook
@@ -18,9 +18,11 @@ class Collect:
     def __init__(self) -> None:
         self.samples: list[StepSample] = []
         self.events = []
+        self.records = []  # both, in order
 
     def __call__(self, record) -> None:
         (self.samples if isinstance(record, StepSample) else self.events).append(record)
+        self.records.append(record)
 
 
 class PoisonGrad(StepHook):
@@ -120,25 +122,22 @@ def test_pause_stops_the_step_counter_and_stop_ends_the_thread(tiny_config):
     sink = Collect()
     trainer = Trainer(cfg, create_run_dir(cfg.run_dir), control=control, sinks=[sink])
     trainer.start()
-    deadline = time.monotonic() + 60
-    while len(sink.samples) < 3 and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_until(lambda: len(sink.samples) >= 3, "the first steps")
     control.pause()
-    while trainer.status.state != "paused" and time.monotonic() < deadline:
-        time.sleep(0.02)  # the step in flight finishes first
-    assert trainer.status.state == "paused"
+    wait_until(lambda: trainer.status.state == "paused", "the pause")  # after the step in flight
     paused_at = trainer.status.step
-    time.sleep(0.5)
-    assert trainer.status.step == paused_at
-    assert trainer.status.state == "paused"
     control.resume()
-    while trainer.status.step < paused_at + 2 and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert trainer.status.step >= paused_at + 2
+    wait_until(lambda: trainer.status.step >= paused_at + 2, "steps after the resume")
     control.stop()
     assert trainer.join(timeout=30)
     assert trainer.exit_code == 0 and trainer.status.state == "stopped"
     assert not trainer.alive
+    # no step ran while paused: nothing between the paused and resumed rows, whatever the speed
+    kinds = [getattr(r, "event", "step") for r in sink.records]
+    start = kinds.index("paused")
+    assert kinds[start + 1] == "resumed"
+    assert sink.records[start].step == paused_at
+    assert sink.records[start + 1].data["paused_s"] > 0
 
 
 def test_stop_while_paused_still_ends(tiny_config):
@@ -147,7 +146,7 @@ def test_stop_while_paused_still_ends(tiny_config):
     cfg = tiny_config(steps=0)
     trainer = Trainer(cfg, create_run_dir(cfg.run_dir), control=control)
     trainer.start()
-    time.sleep(0.5)
+    wait_until(lambda: trainer.status.state == "paused", "the pause before step 1")
     control.stop()
     assert trainer.join(timeout=30)
     assert trainer.status.step == 0
@@ -196,6 +195,23 @@ def test_a_failing_sink_is_dropped_and_training_goes_on(tiny_config):
     assert trainer.sink_errors == ["BrokenPipeError: the reader went away"]
     _, events, _ = read_metrics(run_dir / "metrics.jsonl")
     assert events[-1]["event"] == "run_finished" and events[-1]["reason"] == "finished"
+
+
+def test_a_failed_assert_in_a_sink_fails_the_run_instead_of_hanging_it(tiny_config):
+    """A test's check inside a sink must fail that test: with --steps 0 a dropped sink would
+    leave the run training until the suite's timeout."""
+    def check(record) -> None:
+        assert getattr(record, "step", 0) < 3, "the check in the sink failed"
+
+    cfg = tiny_config(steps=0)
+    run_dir = create_run_dir(cfg.run_dir)
+    trainer = Trainer(cfg, run_dir, sinks=[check])
+    with pytest.raises(AssertionError, match="the check in the sink failed"):
+        _in_thread(trainer.run)
+    assert trainer.exit_code == 1 and not trainer.alive
+    _, events, _ = read_metrics(run_dir / "metrics.jsonl")
+    assert [e["event"] for e in events][-2:] == ["error", "run_finished"]
+    assert events[-2]["error_type"] == "AssertionError"
 
 
 def test_fp16_on_cpu_uses_a_grad_scaler(tiny_config):

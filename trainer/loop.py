@@ -108,6 +108,24 @@ class Trainer:
     def alive(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
+    def abandon(self, reason: str) -> bool:
+        """The process leaves while this thread is still busy (a step or the run's end that
+        did not finish in time): kill the profiler's analysis child and seal metrics.jsonl
+        with run_finished, from the calling thread. Whatever this thread writes later is
+        dropped. False when the file could not be sealed (a row write hung)."""
+        from probes.opstable import kill_workers
+
+        kill_workers()
+        mon = self.monitor
+        in_flight = mon.step_in_flight if mon is not None else None
+        why = self.control.stop_reason or reason
+        if in_flight is not None:
+            why += f"; step {in_flight} was abandoned unfinished"
+        sealed = self.recorder.seal(why, self.status.step, abandoned_step=in_flight)
+        if mon is not None and mon.server is not None:
+            mon.server.close(wait_s=0)  # the socket file goes: viewers see a run that ended
+        return sealed
+
     # the run -------------------------------------------------------------------------------------
     def run(self) -> int:
         """Train; returns 0 when finished or stopped, 1 when the training failed."""
@@ -165,6 +183,8 @@ class Trainer:
             else:  # failed before the monitor existed (bad device, model build)
                 self._failed_early(exc)
             self.exit_code = 1
+            if isinstance(exc, AssertionError):
+                raise  # a failed check (a test's sink, an invariant) fails its caller too
         finally:
             self.leak.stop()
             if mon is None:

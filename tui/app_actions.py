@@ -217,7 +217,8 @@ class AppActions:
                 loop.call_soon_threadsafe(self.call_later, callback, *args)
 
     def signal_quit(self: Any, signum: int) -> None:
-        """For a SIGTERM/SIGHUP handler: ask for the same clean quit as `q` (twice: at once)."""
+        """After SIGTERM/SIGHUP/SIGINT or a lost terminal (tui/exit_guard.py calls it from its
+        own thread): ask for the same clean quit as `q` (twice: at once)."""
         if self.quit_signal is None:
             self.quit_signal = signum
         if self._loop is None:

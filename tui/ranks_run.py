@@ -209,7 +209,14 @@ class LaunchEnd:
 def run_ranks_dashboard(config: TrainConfig, run_dir: Path) -> int:
     """The viewer app over the ranks' folder in this process; q ends every rank together."""
     from tui.app import MemtopApp
-    from tui.dashboard_run import SHUTDOWN_WAIT_S, quit_on_signals, stderr_to_file
+    from tui.dashboard_run import (
+        SHUTDOWN_WAIT_S,
+        quit_on_signals,
+        stderr_to_file,
+        terminal_detacher,
+        terminal_restorer,
+    )
+    from tui.exit_guard import ExitGuard
     from tui.sources import LaunchSource
 
     launch = RankLaunch(config, run_dir)
@@ -230,11 +237,17 @@ def run_ranks_dashboard(config: TrainConfig, run_dir: Path) -> int:
     source = LaunchSource(launch)
     ending = LaunchEnd(launch, source)
     app = MemtopApp(source, ending=ending, device_type=source.device_type)
-    with stderr_to_file(Path(run_dir) / "stderr.log"), quit_on_signals(app):
+    stdin = sys.__stdin__.fileno()
+    # a signal or a lost terminal: the same quit as q (every rank stops together); the guard
+    # ends this process if the UI cannot (tui/exit_guard.py)
+    guard = ExitGuard(lambda signum, _reason: app.signal_quit(signum),
+                      restore=terminal_restorer(stdin), detach=terminal_detacher(stdin))
+    with stderr_to_file(Path(run_dir) / "stderr.log") as term, quit_on_signals(guard):
+        term.on_lost = guard.on_terminal_lost
         try:
             app.run()
         finally:
-            app.shutdown(SHUTDOWN_WAIT_S, out=sys.stdout)
+            app.shutdown(SHUTDOWN_WAIT_S, out=None if guard.armed else sys.stdout)
     say(sys.stdout, f"memtop: run folder {run_dir}")
     if app.report_path is not None:
         say(sys.stdout, f"memtop: report {app.report_path}")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
@@ -32,6 +33,7 @@ class RunEnd:
         self.run_dir = run_dir
         self.finished = False  # finish_run done
         self.report_path: Path | None = None
+        self.abandoned = False  # the trainer was still busy when the process had to leave
         self._lock = threading.Lock()
 
     def stop_in_background(self, reason: str, then: Callable[[], None]) -> None:
@@ -63,19 +65,41 @@ class RunEnd:
         return 1 if self.trainer.exit_code == 1 else 0
 
     def shutdown(self, timeout_s: float, out: TextIO | None = None) -> None:
-        """Stop, join for at most ``timeout_s``, then write the report if the trainer is done.
+        """Stop, join for at most ``timeout_s``, then write the report.
 
         ``out`` hears what a slow exit waits for: after a forced quit, the step in flight (a
-        profiler analysis, a slow step on a busy machine) may take seconds.
+        profiler analysis, a slow step on a busy machine) may take seconds. A trainer still
+        busy after that is abandoned: run_finished is written for it (trainer.abandon).
         """
         self.control.stop()
         if not self.trainer.join(min(0.5, timeout_s)):
             say(out, f"memtop: waiting up to {timeout_s:g} s for the training thread to end the "
                      f"step in flight (last finished: step {self.trainer.status.step})…")
-            self.trainer.join(timeout_s)
+            self.trainer.join(max(0.0, timeout_s - 0.5))
         if self.trainer.alive:
-            say(out, "memtop: the training thread is still busy; leaving without the report "
-                     f"(metrics.jsonl holds every finished step; `memtop report {self.run_dir}` "
-                     "writes it)")
+            say(out, "memtop: the training thread is still busy; ending the run without it "
+                     "(metrics.jsonl keeps every finished step)")
+            self.abandon("the training thread did not end in time")
+        self.finish()
+
+    def abandon(self, reason: str) -> None:
+        self.abandoned = True
+        self.trainer.abandon(reason)
+
+    def end_now(self, reason: str, budget_s: float) -> None:
+        """The process leaves within ``budget_s`` (a signal, a lost terminal): the trainer
+        stops without waiting for anything (or is abandoned), then the report, if time allows.
+        Safe from any thread, alongside the normal quit path."""
+        t_end = time.monotonic() + budget_s
+        self.control.stop(reason, urgent=True)
+        report_s = min(0.5, budget_s / 2)  # a short run's report takes tens of ms
+        self.trainer.join(max(0.0, t_end - report_s - time.monotonic()))
+        if self.trainer.alive:
+            self.abandon(reason)
         else:
-            self.finish()
+            from probes.opstable import kill_workers
+
+            kill_workers()  # a window's idle worker, if the trainer did not reap it
+        done = threading.Thread(target=self.finish, name="memtop-report-now", daemon=True)
+        done.start()
+        done.join(max(0.05, t_end - time.monotonic()))

@@ -35,17 +35,22 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("memtop view: no terminal here (stdin, stdout or stderr is not a TTY); "
                          f"use `memtop report {run_dir}` for a text summary")
     from tui.app import MemtopApp
-    from tui.dashboard_run import quit_on_signals
+    from tui.dashboard_run import quit_on_signals, terminal_detacher, terminal_restorer
+    from tui.exit_guard import ExitGuard
+    from tui.run_end import say
 
     try:
         app = MemtopApp.for_folder(run_dir)
     except RunFolderError as exc:
         raise UsageError(f"memtop view: {exc}") from None
-    with quit_on_signals(app):
+    stdin = sys.__stdin__.fileno()
+    guard = ExitGuard(lambda signum, _reason: app.signal_quit(signum),  # the run goes on
+                      restore=terminal_restorer(stdin), detach=terminal_detacher(stdin))
+    with quit_on_signals(guard):
         try:
             app.run()
         finally:
             app.shutdown(1.0, out=sys.stdout)
     live = app.source.live
-    print(f"memtop: run folder {run_dir}" + (" (still running)" if live else ""))
-    return 0
+    say(sys.stdout, f"memtop: run folder {run_dir}" + (" (still running)" if live else ""))
+    return guard.exit_code() if guard.armed else 0
