@@ -24,6 +24,7 @@ from probes.records import Event
 from tui.app import MemtopApp
 from tui.dashboard_run import stderr_to_file
 from tui.format import format_value
+from tui.widgets.footer import MemtopFooter
 from tui.widgets.help_screen import CUDA_COUNTERS, HelpScreen
 
 
@@ -105,6 +106,26 @@ async def test_help_screen_opens_and_closes(make_app):
             assert words in text, words
         await pilot.press("escape")
         await wait_for(pilot, lambda: not isinstance(app.screen, HelpScreen), "help closed")
+
+
+async def test_help_is_built_once_and_screen_changes_leave_nothing_behind(make_app):
+    """Re-opening help re-pushes the same screen; the Footer keeps no watchers of removed keys
+    (Textual #6666 kept ~9 FooterKeys per screen change: RSS slope, gen-2 gc pauses)."""
+    app = make_app(autostart=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        footer = app.query_one(MemtopFooter)
+        screens, watchers = [], []
+        for _ in range(4):
+            await pilot.press("question_mark")
+            await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen), "help screen")
+            screens.append(app.screen)
+            await pilot.press("question_mark")
+            await wait_for(pilot, lambda: not isinstance(app.screen, HelpScreen), "closed")
+            await pilot.pause()
+            watchers.append(footer.compact_watchers())
+        assert all(s is screens[0] for s in screens)
+        assert watchers[-1] <= watchers[0], watchers  # unpatched Footer: +9 per open/close
+        assert watchers[0] <= len(footer.query("FooterKey"))
 
 
 OPS = [

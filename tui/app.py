@@ -20,7 +20,6 @@ from textual import events
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid, Horizontal, Vertical
-from textual.widgets import Footer
 
 from probes import records as R
 from probes.records import Event, Record, StepSample
@@ -42,6 +41,7 @@ from tui.format_panels import counter_pane
 from tui.run_end import RunEnd
 from tui.sources import FolderSource, RunSource, TrainerSource
 from tui.widgets.error_banner import ErrorBanner
+from tui.widgets.footer import MemtopFooter
 from tui.widgets.header import MemtopHeader
 from tui.widgets.leak_banner import LeakBanner
 from tui.widgets.ledger import LedgerPane
@@ -155,7 +155,7 @@ class MemtopApp(AppActions, App[int]):
                 yield TopOpsTable(id="ops")
                 yield LedgerPane(id="ledger")
         yield StatusLine(id="status")
-        yield Footer(compact=True)
+        yield MemtopFooter(compact=True)
 
     def on_mount(self) -> None:
         self._loop = asyncio.get_running_loop()
