@@ -26,6 +26,7 @@ from tui.dashboard_run import stderr_to_file
 from tui.format import format_value
 from tui.widgets.footer import MemtopFooter
 from tui.widgets.help_screen import CUDA_COUNTERS, HelpScreen
+from tui.widgets.memory_chart import REF_CELLS
 
 
 def rows(app: MemtopApp) -> tuple[list[dict], list[dict]]:
@@ -404,7 +405,7 @@ def test_fd2_goes_to_the_log_while_the_ui_keeps_the_terminal(tmp_path, capfd):
     assert "after" in capfd.readouterr().err
 
 
-@pytest.mark.parametrize("size", [(80, 24), (120, 40)])
+@pytest.mark.parametrize("size", [(80, 24), (120, 40), (200, 60)])
 async def test_layout_fits_small_and_large_terminals(make_app, size):
     app = make_app(autostart=False)
     async with app.run_test(size=size) as pilot:
@@ -417,3 +418,13 @@ async def test_layout_fits_small_and_large_terminals(make_app, size):
         assert app.query_one("#chart-box").region.height >= 6
         assert app.header_bar.region.y == 0
         assert app.status_line.region.bottom == height - 1  # the footer below it
+        # What grows with the screen is bounded: chart rebuilds per second fall as its canvas
+        # grows past 120x40's, Sparklines hold no more points than they are wide.
+        chart = app.chart
+        cells = chart.size.width * chart.size.height
+        assert chart.interval_s() * min(cells, REF_CELLS) == pytest.approx(
+            chart.every_s * cells)
+        for pane in app.panes.values():
+            pane.push([1.0] * 500)
+            pane.refresh_view()
+            assert len(pane._spark.data) <= max(1, pane._spark.size.width)

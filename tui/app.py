@@ -53,6 +53,7 @@ from tui.widgets.top_ops import TopOpsTable
 REFRESH_S = 0.5  # 2 Hz: the rate DESIGN.md measured at 0.98 of headless throughput
 CHART_EVERY_S = 5.0  # plotext rebuilds cost ~30 ms: rarely
 VIEWS = ("chart", "ops", "ledger")
+GEN2_EVERY = 100  # gen-1 passes between gen-2 passes once frozen (CPython's default: 10)
 
 
 class MemtopApp(AppActions, App[int]):
@@ -96,6 +97,7 @@ class MemtopApp(AppActions, App[int]):
         self.ticks = 0
         self.view = "chart"
         self._gc_frozen = False
+        self._gc_thresholds: tuple[int, int, int] | None = None
         self._alert_panes: dict[str, str] = {}  # counter -> pane id
         self._loop: asyncio.AbstractEventLoop | None = None  # set on mount; for other threads
         self._init_actions()
@@ -245,10 +247,16 @@ class MemtopApp(AppActions, App[int]):
 
     def _maybe_freeze_gc(self) -> None:
         """Once the run has started: collect, then freeze, so gen-2 passes stop walking torch's
-        and Textual's ~200k long-lived objects (a ~100 ms GIL hold each, DESIGN.md)."""
+        and Textual's ~200k long-lived objects (a ~100 ms GIL hold each, DESIGN.md), as the
+        trainer does (trainer/loop.py). After a freeze CPython counts almost nothing as long
+        lived, so its 25% rule lets a gen-2 pass run at every 10th gen-1 pass (~0.6/s on the
+        UI thread, RESULTS.md); GEN2_EVERY gen-1 passes space them out (undone at shutdown)."""
         if self.freeze_gc and not self._gc_frozen and self.run_state.state != "starting":
             gc.collect()
             gc.freeze()
+            self._gc_thresholds = gc.get_threshold()
+            t0, t1, t2 = self._gc_thresholds
+            gc.set_threshold(t0, t1, max(t2, GEN2_EVERY))
             self._gc_frozen = True
 
     def elapsed_s(self) -> float:

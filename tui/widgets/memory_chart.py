@@ -2,7 +2,9 @@
 
 plotext costs ~30 ms of CPU per build with a few hundred points (DESIGN.md), so the chart is
 rebuilt only when the app hands it new data (every few seconds) or its size changes, and never
-with more points than it is wide.
+with more points than it is wide. A build's cost grows with the canvas (cells), so on a bigger
+terminal the chart is rebuilt less often: CPU per second stays what it is on a 120x40 terminal
+(issue 18: the dashboard must cost the same at every size).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from tui.format_panels import byte_unit, downsample_max
 # glyphs come out wider than a cell there and spill over the neighbouring panes).
 MARKER = "hd"
 HISTORY = 2048  # (step, allocated, reserved) points kept, whatever the run length
+REF_CELLS = 60 * 25  # the chart's canvas on a 120x40 terminal (58x25): every_s holds up to this
 
 
 class MemoryChart(PlotextPlot):
@@ -66,7 +69,7 @@ class MemoryChart(PlotextPlot):
     def maybe_redraw(self, peak: float | None, force: bool = False) -> bool:
         """Hand the new points to plotext at most every ``every_s`` (first points at once)."""
         now = time.monotonic()
-        due = force or self.builds == 0 or now - self._drawn_at >= self.every_s
+        due = force or self.builds == 0 or now - self._drawn_at >= self.interval_s()
         if not self._pending or not due:
             return False
         pts = list(self.points)
@@ -75,6 +78,11 @@ class MemoryChart(PlotextPlot):
         self._pending = False
         self._drawn_at = now
         return True
+
+    def interval_s(self) -> float:
+        """every_s, stretched by how much bigger than REF_CELLS the canvas is."""
+        cells = self.size.width * self.size.height
+        return self.every_s * max(1.0, cells / REF_CELLS)
 
     def set_series(self, steps: Sequence[int], allocated: Sequence[float],
                    reserved: Sequence[float], peak: float | None,
