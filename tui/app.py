@@ -39,7 +39,7 @@ from tui.format import (
 )
 from tui.format_panels import counter_pane
 from tui.run_end import RunEnd
-from tui.sources import FolderSource, RunSource, TrainerSource
+from tui.sources import DeferredTrainer, FolderSource, RunSource, TrainerSource
 from tui.widgets.error_banner import ErrorBanner
 from tui.widgets.footer import MemtopFooter
 from tui.widgets.header import MemtopHeader
@@ -103,18 +103,29 @@ class MemtopApp(AppActions, App[int]):
         self._init_actions()
 
     @classmethod
-    def for_run(cls, config: Any, run_dir: Path, autostart: bool = True,
+    def for_run(cls, config: Any, run_dir: Path, autostart: bool = True, deferred: bool = False,
                 **kwargs: Any) -> MemtopApp:
-        """`memtop train`: the trainer with its instruments on a thread, records via a ring."""
-        from trainer.instruments import build_hooks
-        from trainer.loop import Trainer
+        """`memtop train`: the trainer with its instruments on a thread, records via a ring.
 
+        ``deferred``: build the trainer (and import torch) on its thread once started, so the
+        frame is on screen first (tui/sources.py DeferredTrainer); the device is then learnt
+        from the run_started row."""
         ring: Ring[Record] = Ring(maxlen=4096)
-        trainer = Trainer(config, run_dir, sinks=[ring.push], hooks=build_hooks(config))
+        trainer: Any
+        if deferred:
+            trainer = DeferredTrainer(config, run_dir, sinks=[ring.push])
+            device = str(config.device).strip().lower()
+            kwargs.setdefault("device_type", "cuda" if device.startswith("cuda") else "cpu")
+        else:
+            from trainer.instruments import build_hooks
+            from trainer.loop import Trainer
+
+            trainer = Trainer(config, run_dir, sinks=[ring.push], hooks=build_hooks(config))
+            kwargs.setdefault("device_type", config.torch_device.type)
         source = TrainerSource(trainer, ring)
         source.autostart = autostart
         ending = RunEnd(trainer, trainer.control, Path(run_dir))
-        return cls(source, ending=ending, device_type=config.torch_device.type, **kwargs)
+        return cls(source, ending=ending, **kwargs)
 
     @classmethod
     def for_folder(cls, path: str | os.PathLike[str], **kwargs: Any) -> MemtopApp:
@@ -306,6 +317,9 @@ class MemtopApp(AppActions, App[int]):
         if st.state == "failed" and not self.error_banner.shown:
             self.error_banner.show_message(f"TRAINING FAILED at step {st.step}: {st.error}\n"
                                            "the last samples stay on screen; q quits")
+        build_error = getattr(self.trainer, "build_error", None)
+        if build_error and not self.error_banner.shown:
+            self.error_banner.show_message(f"the trainer could not start: {build_error}\nq quits")
 
     # events ------------------------------------------------------------------------------------
     def handle_event(self, event: Event) -> None:

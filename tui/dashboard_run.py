@@ -82,7 +82,7 @@ def run_dashboard(config: TrainConfig, run_dir: Path) -> int:
 
     Exit status: 0 stopped or finished, 1 training failed, 128 + N after signal N (as headless).
     """
-    app = MemtopApp.for_run(config, run_dir)
+    app = MemtopApp.for_run(config, run_dir, deferred=True)  # torch: on the trainer thread
     with stderr_to_file(Path(run_dir) / "stderr.log"), quit_on_signals(app):
         try:
             app.run()
