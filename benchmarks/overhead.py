@@ -95,6 +95,8 @@ def main() -> None:
     parser.add_argument("--max-busy", type=float, default=0.3,
                         help="wait until fewer cores than this are busy; runs where other "
                              "processes used more are marked as measured under load")
+    parser.add_argument("--max-wait", type=float, default=900,
+                        help="seconds to wait for idle cores before measuring anyway")
     parser.add_argument("--side", choices=("plain", "headless"),
                         help="run only this side --runs times (for a profiler), no ratio")
     parser.add_argument("--runs", type=int, default=3)
@@ -109,7 +111,7 @@ def main() -> None:
         return
     from dashboard_overhead import wait_quiet
 
-    wait_quiet(args.max_busy, 900, "before the first round")
+    wait_quiet(args.max_busy, args.max_wait, "before the first round")
 
     def show(rnd: int, label: str, value: float, others: float) -> None:
         print(f"round {rnd + 1} {label:>14}: {value:9,.0f} tok/s (others {others:.2f} cores)",

@@ -423,6 +423,8 @@ def main() -> None:
                         help="also run part 1 with the Footer watcher workaround (Textual #6666)")
     parser.add_argument("--max-busy", type=float, default=0.3,
                         help="wait until fewer cores than this are busy")
+    parser.add_argument("--max-wait", type=float, default=900,
+                        help="seconds to wait for idle cores before measuring anyway")
     parser.add_argument("--no-append", action="store_true")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
@@ -432,7 +434,7 @@ def main() -> None:
         undo = footer_watcher_fix(fix)
         try:
             for attempt in range(3):
-                wait_quiet(args.max_busy, 900, "before part 1")
+                wait_quiet(args.max_busy, args.max_wait, "before part 1")
                 before = load_avg()
                 res = asyncio.run(in_process(args.seconds, args.profile_every, size, args.seed,
                                              args.quiet_seconds))
@@ -539,7 +541,7 @@ def main() -> None:
     tmux_text = "Part 2 not run (--tmux-presses 0)."
     tmux_verdict = ""
     if args.tmux_presses > 0:
-        wait_quiet(args.max_busy, 900, "before part 2")
+        wait_quiet(args.max_busy, args.max_wait, "before part 2")
         load2 = load_avg()
         tm = in_tmux(args.tmux_presses, size, args.seed)
         lat = tm["lat"]
