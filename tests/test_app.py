@@ -479,3 +479,33 @@ async def test_deferred_trainer_builds_on_its_thread_and_trains(tiny_config, tmp
     finally:
         app.shutdown(timeout_s=60)
     assert not app.trainer.alive
+
+
+async def test_chart_rebuilds_off_the_event_loop_and_at_once_for_a_screenshot(make_app):
+    from types import SimpleNamespace
+
+    app = make_app(autostart=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        chart = app.chart
+        await wait_for(pilot, lambda: chart.builds >= 1, "the first (empty) figure")
+        first = chart.render()
+        builders: list[str] = []
+        original = chart._build_text
+
+        def recording(*args):
+            builders.append(threading.current_thread().name)
+            return original(*args)
+
+        chart._build_text = recording
+        chart.add_points([SimpleNamespace(step=i, allocated_bytes=2**20 * i,
+                                          reserved_bytes=2**21 * i) for i in range(1, 50)])
+        assert chart.maybe_redraw(None)
+        assert chart.render() is first  # the old figure stays up while the thread builds
+        await wait_for(pilot, lambda: chart.builds >= 2, "the figure built on a thread")
+        assert builders and set(builders) == {"memtop-chart"}  # once per size the layout had
+        assert chart.render() is not first and "step" in chart.render().plain
+        chart.add_points([SimpleNamespace(step=60, allocated_bytes=1, reserved_bytes=2)])
+        builds = chart.builds
+        assert chart.maybe_redraw(None, force=True)
+        chart.render()
+        assert chart.builds == builds + 1 and builders[-1] == threading.current_thread().name

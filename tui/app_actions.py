@@ -153,6 +153,7 @@ class AppActions:
         self._screenshots += 1
         name = (f"screenshot-{self._screenshots:03d}-step{self.run_state.step:06d}-"
                 f"{time.strftime('%H%M%S')}.svg")
+        self.redraw_chart()  # the newest points, built on the loop for this frame
         try:
             path = self.save_screenshot(filename=name, path=str(self.run_dir))
         except OSError as exc:  # disk full, read-only folder: the dashboard stays up
