@@ -3,7 +3,7 @@
     python benchmarks/ui_growth.py [--seconds 120] [--warm 30] [--help-every 5] [--size 120x40]
 
 MemtopApp.for_run on a tiny config in App.run_test (Textual's headless driver, the real widgets
-and refresh), tracemalloc on (25 frames) from the start; after --warm seconds a snapshot, then
+and refresh), tracemalloc on (10 frames) from the start; after --warm seconds a snapshot, then
 --seconds more with `?` pressed every --help-every s (open, then close), a second snapshot. Prints
 the allocation sites that grew most (traceback into memtop or Textual), the Footer's watcher
 count and the number of gc-tracked objects that are not frozen. A smoke-level tool: it finds
@@ -47,9 +47,9 @@ async def run(args: argparse.Namespace) -> None:
     tmp = tempfile.mkdtemp(prefix="memtop-growth-")
     config = TrainConfig(**TINY, steps=0, run_dir=tmp)
     app = MemtopApp.for_run(config, create_run_dir(Path(tmp)), deferred=True)
-    tracemalloc.start(25)
-    async with app.run_test(size=size) as pilot:
-        await pilot.pause(args.warm)
+    tracemalloc.start(10)
+    async with app.run_test(size=size):
+        await asyncio.sleep(args.warm)
         gc.collect()
         snap1, unfrozen1 = tracemalloc.take_snapshot(), len(gc.get_objects())
         footer = app.query_one(MemtopFooter)
@@ -57,21 +57,21 @@ async def run(args: argparse.Namespace) -> None:
         t0 = time.monotonic()
         presses = 0
         while time.monotonic() - t0 < args.seconds:
-            if args.help_every > 0:  # what `?` does (pilot.press times out on a busy machine)
+            if args.help_every > 0:  # what `?` does (Pilot times out on a busy machine)
                 app.action_help()
-                await pilot.pause(0.5)
+                await asyncio.sleep(0.5)
                 if app.screen is not app.screen_stack[0]:
                     app.screen.dismiss(None)
                 presses += 1
-                await pilot.pause(max(0.1, args.help_every - 0.5))
+                await asyncio.sleep(max(0.1, args.help_every - 0.5))
             else:
-                await pilot.pause(1.0)
+                await asyncio.sleep(1.0)
         gc.collect()
         snap2, unfrozen2 = tracemalloc.take_snapshot(), len(gc.get_objects())
         steps = app.last_sample.step if app.last_sample else 0
         w2 = footer.compact_watchers()
         app.request_quit("ui_growth done")
-        await pilot.pause(1.0)
+        await asyncio.sleep(1.0)
     app.shutdown(60)
     total = sum(s.size_diff for s in snap2.compare_to(snap1, "filename"))
     print(f"{args.seconds:.0f} s after {args.warm:.0f} s warm-up at {args.size}, {presses} help "
