@@ -137,8 +137,8 @@ class Spans:
         from textual.screen import Screen
 
         chart_builds = lambda: app.chart.builds  # noqa: E731
-        app.refresh_from_ring = self.timed(
-            app.refresh_from_ring,
+        app.refresh_from_source = self.timed(
+            app.refresh_from_source,
             lambda before: chart_builds() if before is None else
             ("refresh tick, chart rebuilt" if chart_builds() != before else "refresh tick"))
         for name, what in (("_compositor_refresh", "compositor"), ("_refresh_layout", "layout")):
@@ -300,6 +300,9 @@ async def lag_monitor(app, stop: asyncio.Event, ticks: list[tuple[float, float, 
                       group_of((phase0, app.trainer.status.profile_phase))))
 
 
+SMOKE_CONFIG: dict = {}  # --smoke: a tiny model, to check the script on a busy machine
+
+
 async def in_process(seconds: float, profile_every_s: float, size: tuple[int, int],
                      seed: int, quiet_s: float) -> dict:
     from probes.runfolder import create_run_dir
@@ -307,7 +310,7 @@ async def in_process(seconds: float, profile_every_s: float, size: tuple[int, in
     from tui.app import MemtopApp
 
     with tempfile.TemporaryDirectory(prefix="memtop-lat-") as tmp:
-        config = TrainConfig(device="cpu", steps=0, run_dir=tmp)
+        config = TrainConfig(device="cpu", steps=0, run_dir=tmp, **SMOKE_CONFIG)
         run_dir = create_run_dir(tmp)
         app = MemtopApp.for_run(config, run_dir)  # the defaults memtop train uses
         spans = Spans()
@@ -426,8 +429,13 @@ def main() -> None:
     parser.add_argument("--max-wait", type=float, default=900,
                         help="seconds to wait for idle cores before measuring anyway")
     parser.add_argument("--no-append", action="store_true")
+    parser.add_argument("--smoke", action="store_true",
+                        help="tiny model, no waiting, print only: checks the script works")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
+    if args.smoke:
+        SMOKE_CONFIG.update(layers=1, heads=2, dim=32, seq_len=16, block_size=32, batch_size=4)
+        args.no_append, args.max_busy, args.max_wait = True, 99.0, 0.0
     size = tuple(int(v) for v in args.size.split("x"))
     t_all = time.monotonic()
     def part1(fix: bool) -> tuple[dict, str, str]:
