@@ -345,7 +345,8 @@ async def in_process(seconds: float, profile_every_s: float, size: tuple[int, in
             wall = t_end - t_start
             others = (cpu_busy_s() - busy0 - (proc_cpu_s(os.getpid()) - mine0)) / wall
             own = (proc_cpu_s(os.getpid()) - mine0) / wall
-            windows = app.trainer.hooks[0].windows_done if app.profiler_available else 0
+            prof = next((h for h in app.trainer.hooks if hasattr(h, "windows_done")), None)
+            windows = prof.windows_done if prof is not None else 0
             await pilot.press("q")
             while app.return_code is None:
                 await pilot.pause(0.1)
