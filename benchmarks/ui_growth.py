@@ -3,8 +3,9 @@
     python benchmarks/ui_growth.py [--seconds 120] [--warm 30] [--help-every 5] [--size 120x40]
 
 MemtopApp.for_run on a tiny config in App.run_test (Textual's headless driver, the real widgets
-and refresh), tracemalloc on (10 frames) from the start; after --warm seconds a snapshot, then
---seconds more with `?` pressed every --help-every s (open, then close), a second snapshot. Prints
+and refresh), tracemalloc on (10 frames) from the first sample; --warm seconds later a
+snapshot, then --seconds more with `?` pressed every --help-every s (open, then close), a second
+snapshot. Prints
 the allocation sites that grew most (traceback into memtop or Textual), the Footer's watcher
 count and the number of gc-tracked objects that are not frozen. A smoke-level tool: it finds
 what grows, memory_soak.py measures how much RSS does.
@@ -47,8 +48,11 @@ async def run(args: argparse.Namespace) -> None:
     tmp = tempfile.mkdtemp(prefix="memtop-growth-")
     config = TrainConfig(**TINY, steps=0, run_dir=tmp)
     app = MemtopApp.for_run(config, create_run_dir(Path(tmp)), deferred=True)
-    tracemalloc.start(10)
     async with app.run_test(size=size):
+        t0 = time.monotonic()
+        while app.last_sample is None and time.monotonic() - t0 < 900:
+            await asyncio.sleep(0.5)  # torch imported, model built: tracing starts after that
+        tracemalloc.start(10)
         await asyncio.sleep(args.warm)
         gc.collect()
         snap1, unfrozen1 = tracemalloc.take_snapshot(), len(gc.get_objects())
