@@ -509,3 +509,24 @@ async def test_chart_rebuilds_off_the_event_loop_and_at_once_for_a_screenshot(ma
         assert chart.maybe_redraw(None, force=True)
         chart.render()
         assert chart.builds == builds + 1 and builders[-1] == threading.current_thread().name
+
+
+async def test_ui_freezes_gc_spaces_gen2_passes_and_shutdown_restores_both(tiny_config, tmp_path):
+    import gc
+
+    from probes.runfolder import create_run_dir
+    from tui.app import GEN2_EVERY
+
+    before = gc.get_threshold()
+    app = MemtopApp.for_run(tiny_config(steps=0), create_run_dir(tmp_path / "runs"),
+                            deferred=True, refresh_s=0.1, freeze_gc=True)
+    try:
+        async with app.run_test(size=(80, 24)) as pilot:
+            await wait_for(pilot, lambda: app._gc_frozen, "the freeze once the run started")
+            assert gc.get_freeze_count() > 0
+            assert gc.get_threshold() == (*before[:2], max(before[2], GEN2_EVERY))
+            await pilot.press("q")
+            await wait_for(pilot, lambda: app.return_code is not None, "the app to exit")
+    finally:
+        app.shutdown(timeout_s=60)
+    assert gc.get_threshold() == before and gc.get_freeze_count() == 0
