@@ -65,3 +65,153 @@ def append_results(title: str, body: str) -> None:
     with open(RESULTS, "a", encoding="utf-8") as fh:
         fh.write(text)
     print(f"appended to {RESULTS}")
+
+
+# ---- ratio benchmarks: interleaved pairs with their own A/A noise -----------------------------
+#
+# On a shared 2-core machine one run differs from the next by ±5% or more (RESULTS.md), so a 1-2%
+# target cannot be judged from a handful of A-then-B repeats. Every ratio benchmark therefore runs
+# rounds of [A, B1..Bk, A'] (odd rounds reversed: [A', Bk..B1, A]), takes each Bi/A and the A/A
+# ratio A'/A from the same round, and judges the median Bi/A against the target only when the
+# target lies outside the A/A noise band around it.
+
+MIN_PAIRS = 7  # fewer pairs: the figures are printed but never judged
+
+
+def _clock_ticks() -> int:
+    return os.sysconf("SC_CLK_TCK")
+
+
+def cpu_busy_s() -> float:
+    """CPU seconds all cores have spent busy since boot (/proc/stat)."""
+    with open("/proc/stat", encoding="ascii") as fh:
+        vals = [int(v) for v in fh.readline().split()[1:]]
+    return (sum(vals) - vals[3] - vals[4]) / _clock_ticks()
+
+
+def own_cpu_s(pid: int | None = None) -> float:
+    """utime + stime of a process (this one by default), children excluded, in seconds."""
+    try:
+        with open(f"/proc/{pid or os.getpid()}/stat", encoding="ascii") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / _clock_ticks()
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+class LoadMeter:
+    """CPU that processes other than ours used over an interval, in cores: a figure measured
+    while others used ≳0.3 cores is not comparable (OpenMP barriers on 2 cores)."""
+
+    def __init__(self) -> None:
+        self.t0 = time.perf_counter()
+        self.busy0 = cpu_busy_s()
+        self.own0 = own_cpu_s() + _children_cpu_s()
+
+    def others_cores(self) -> float:
+        wall = max(1e-9, time.perf_counter() - self.t0)
+        own = own_cpu_s() + _children_cpu_s() - self.own0
+        return max(0.0, (cpu_busy_s() - self.busy0 - own) / wall)
+
+
+def _children_cpu_s() -> float:
+    """CPU of this process's waited-for children (subprocess runs, tmux-less sides)."""
+    t = os.times()
+    return t.children_user + t.children_system
+
+
+def quartiles(values: list[float]) -> tuple[float, float, float]:
+    """(Q1, median, Q3), inclusive method (well defined from 2 values on)."""
+    if len(values) == 1:
+        return values[0], values[0], values[0]
+    q1, q2, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return q1, q2, q3
+
+
+def verdict(ratio_median: float, aa: list[float], target: float, pairs: int,
+            others_cores: float, max_busy: float, higher_is_better: bool = True) -> str:
+    """met / missed / inside noise (cannot tell); never a verdict from < MIN_PAIRS pairs or
+    from runs other processes disturbed.
+
+    Noise band: half the A/A interquartile range on either side of the median ratio (the
+    median of 7 pairs has a standard error of about a third of one pair's IQR, so this band
+    is ~1.4 standard errors: a target inside it cannot be told apart from noise)."""
+    if pairs < MIN_PAIRS:
+        return f"not judged ({pairs} pairs < {MIN_PAIRS})"
+    if others_cores > max_busy:
+        return f"not judged (under load: others used {others_cores:.2f} cores)"
+    q1, _, q3 = quartiles(aa)
+    half = (q3 - q1) / 2
+    if abs(ratio_median - target) <= half:
+        return "inside noise (cannot tell)"
+    ok = ratio_median >= target if higher_is_better else ratio_median <= target
+    return "met" if ok else "missed"
+
+
+def interleaved_pairs(baseline: str, sides: dict, pairs: int, on_result=None) -> dict:
+    """Run ``pairs`` rounds of [A, B1..Bk, A'] (odd rounds reversed). ``sides`` maps a label to
+    a callable returning one figure (e.g. tokens/s, higher = better), or (figure, cores other
+    processes used meanwhile) when the side runs outside this process tree (a tmux pane);
+    ``baseline`` is A.
+
+    Returns {"values": {label: [...]}, "aa": [A'/A per round], "ratios": {B: [B/A per round]},
+    "others_cores": [per run], "seconds": wall}."""
+    others = [s for s in sides if s != baseline]
+    values: dict[str, list[float]] = {s: [] for s in sides}
+    aa: list[float] = []
+    ratios: dict[str, list[float]] = {s: [] for s in others}
+    loads: list[float] = []
+    t0 = time.monotonic()
+    for rnd in range(pairs):
+        order = ["A", *others, "A'"]
+        if rnd % 2:
+            order.reverse()
+        got: dict[str, float] = {}
+        for label in order:
+            meter = LoadMeter()
+            value = sides[baseline]() if label in ("A", "A'") else sides[label]()
+            if isinstance(value, tuple):
+                value, others_cores = value
+                loads.append(others_cores)
+            else:
+                loads.append(meter.others_cores())
+            got[label] = value
+            if on_result is not None:
+                on_result(rnd, label if label not in ("A", "A'") else f"{baseline} ({label})",
+                          value, loads[-1])
+        values[baseline].append(got["A"])
+        aa.append(got["A'"] / got["A"])
+        for s in others:
+            values[s].append(got[s])
+            ratios[s].append(got[s] / got["A"])
+    return {"values": values, "aa": aa, "ratios": ratios, "others_cores": loads,
+            "seconds": time.monotonic() - t0}
+
+
+RATIO_HEADER = ("| comparison | pairs | median ratio | min–max | IQR (Q1–Q3) | A/A median | "
+                "A/A min–max | A/A IQR | target | verdict |\n"
+                "|---|---|---|---|---|---|---|---|---|---|")
+
+
+def ratio_row(name: str, ratios: list[float], aa: list[float], target: float,
+              others_cores: float, max_busy: float,
+              higher_is_better: bool = True) -> tuple[str, str]:
+    """One row of RATIO_HEADER's table, and its verdict."""
+    q1, med, q3 = quartiles(ratios)
+    a1, amed, a3 = quartiles(aa)
+    v = verdict(med, aa, target, len(ratios), others_cores, max_busy, higher_is_better)
+    sign = "≥" if higher_is_better else "≤"
+    row = (f"| {name} | {len(ratios)} | **{med:.3f}** | {min(ratios):.3f}–{max(ratios):.3f} | "
+           f"{q1:.3f}–{q3:.3f} | {amed:.3f} | {min(aa):.3f}–{max(aa):.3f} | {a1:.3f}–{a3:.3f} | "
+           f"{sign} {target:g} | {v} |")
+    return row, v
+
+
+def load_note(others: list[float], max_busy: float) -> str:
+    """The sentence every ratio section carries about what else ran."""
+    worst = max(others) if others else 0.0
+    mean = statistics.fmean(others) if others else 0.0
+    state = ("quiet machine" if mean <= max_busy else
+             f"MEASURED UNDER LOAD (mean {mean:.2f} cores > {max_busy:g}): not valid as a result")
+    return (f"CPU used by other processes per run: mean {mean:.2f}, max {worst:.2f} cores "
+            f"({state}).")

@@ -1,15 +1,16 @@
 """Dashboard overhead: training tokens/s with `memtop train` drawing in a real terminal vs headless.
 
-    python benchmarks/dashboard_overhead.py [--repeats 3] [--steps 700] [--skip 20] [--no-append]
+    python benchmarks/dashboard_overhead.py [--pairs 7] [--steps 400] [--skip 20] [--no-append]
 
 Each run is a separate `python -m tui.cli train` process on the default config (the dashboard's
 B, T, model, bf16 on CPU). The dashboard runs in a real terminal: a tmux pane (its own tmux server,
 detached, so tmux parses every byte the app writes, as it would for an SSH client), at 120x40 and
-80x24; headless runs as a plain subprocess. The sides are interleaved (the order rotates each
-repeat) so drift on a noisy machine hits all alike. tokens/s = tokens of the steps after --skip
-divided by the wall time between those two step rows of metrics.jsonl (a per-step median would
-hide the cost: only the steps that overlap a frame slow down). Also reported: CPU time of the
-app's main (UI) thread and of the tmux server over the same interval.
+80x24 and 200x60; headless runs as a plain subprocess. Rounds [headless, each size,
+headless'] (odd rounds reversed) give each size's ratio to the round's headless run and the
+A/A noise headless'/headless of the same round (benchmarks/common.py). tokens/s = tokens of
+the steps after --skip divided by the wall time between those two step rows of metrics.jsonl
+(a per-step median would hide the cost: only the steps that overlap a frame slow down). Also
+reported: CPU time of the app's main (UI) thread and of the tmux server over the same interval.
 
 The tmux helpers here (TmuxPane, proc_* readers) are shared with startup.py and memory_soak.py.
 """
@@ -28,7 +29,18 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import ROOT, append_results, machine, median
+from common import (
+    RATIO_HEADER,
+    ROOT,
+    append_results,
+    interleaved_pairs,
+    load_note,
+    machine,
+    median,
+    ratio_row,
+)
+
+TARGET = 0.98
 
 B_DEFAULT, T_DEFAULT = 16, 128  # tui.cli defaults (asserted against the parser below)
 
@@ -225,7 +237,12 @@ def _quote(arg: str) -> str:
     return arg if re.fullmatch(r"[\w@%+=:,./-]+", arg) else "'" + arg.replace("'", "'\\''") + "'"
 
 
+SMOKE_ARGS: list[str] = []  # --smoke: a tiny model, to check the script works on a busy machine
+TINY = ["--layers", "1", "--dim", "32", "--heads", "2", "--seq-len", "16", "--batch-size", "4"]
+
+
 def memtop_argv(*args: str, gc_log: str | None = None) -> list[str]:
+    args = (*args, *SMOKE_ARGS)
     if gc_log is not None:  # --diagnose: the same command, with gc pauses logged to a file
         return [sys.executable, "-c", GC_WRAPPER, gc_log, "train", *args]
     return [sys.executable, "-m", "tui.cli", "train", *args]
@@ -452,7 +469,7 @@ def diagnose(args) -> str:
     spy = shutil.which("py-spy")
     parts = []
     for side in ("headless", "dashboard 120x40"):
-        wait_quiet(args.max_busy, 900, f"before {side} (diagnose)")
+        wait_quiet(args.max_busy, args.max_wait, f"before {side} (diagnose)")
         with tempfile.TemporaryDirectory(prefix="memtop-diag-") as tmp:
             gc_log, spy_out = str(Path(tmp) / "gc.json"), Path(tmp) / "spy.txt"
             procs: list[subprocess.Popen] = []
@@ -505,19 +522,27 @@ def refresh_rate() -> tuple[float, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=700, help="steps per run (~45 s here)")
+    parser.add_argument("--pairs", type=int, default=7, help="rounds (each: headless, every "
+                        "size, headless again for the A/A noise); fewer than 7 are not judged")
+    parser.add_argument("--steps", type=int, default=400, help="steps per run (~25 s here)")
     parser.add_argument("--skip", type=int, default=20, help="first steps left out")
-    parser.add_argument("--sizes", default="120x40,80x24", help="terminal sizes, WxH,...")
+    parser.add_argument("--sizes", default="80x24,120x40,200x60", help="terminal sizes, WxH,...")
     parser.add_argument("--max-busy", type=float, default=0.3,
                         help="before each run, wait until fewer cores than this are busy")
+    parser.add_argument("--max-wait", type=float, default=900,
+                        help="seconds to wait for that before measuring anyway")
     parser.add_argument("--no-append", action="store_true", help="print only")
+    parser.add_argument("--smoke", action="store_true",
+                        help="tiny model: checks the script works, its figures mean nothing")
     parser.add_argument("--diagnose", action="store_true",
                         help="instead: one headless + one dashboard run with gc pauses logged "
                              "and py-spy --gil attached (where the cost goes)")
     parser.add_argument("--spy-seconds", type=int, default=20)
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
+    if args.smoke:
+        SMOKE_ARGS[:] = TINY
+        args.no_append = True
     if args.diagnose:
         body = diagnose(args)
         TmuxPane.kill_server()
@@ -533,17 +558,14 @@ def main() -> None:
     defaults = build_parser().parse_args(["train"])
     assert (defaults.batch_size, defaults.seq_len) == (B_DEFAULT, T_DEFAULT)
     sizes = [tuple(int(v) for v in s.split("x")) for s in args.sizes.split(",")]
-    sides = ["headless"] + [f"dashboard {w}x{h}" for w, h in sizes]
-    results: dict[str, list[dict]] = {s: [] for s in sides}
-    loads: list[str] = []
+    runs: dict[str, list[dict]] = {}
     rejected: list[str] = []
-    t_start = time.monotonic()
     timeout = max(600.0, args.steps * 2.0)
-    for rep in range(args.repeats):
-        order = sides[rep % len(sides):] + sides[:rep % len(sides)]
-        for side in order:
+
+    def side_fn(side: str):
+        def run_once() -> tuple[float, float]:
             for attempt in range(3):
-                wait_quiet(args.max_busy, 900, f"before {side}")
+                wait_quiet(args.max_busy, args.max_wait, f"before {side}")
                 load = load_avg()
                 try:
                     if side == "headless":
@@ -558,71 +580,67 @@ def main() -> None:
                     rejected.append(f"{side} (failed: {str(exc).splitlines()[0][:80]})")
                     time.sleep(60)
                     continue
-                if res.get("others_cores", 0.0) <= args.max_busy:
+                if res.get("others_cores", 0.0) <= args.max_busy or attempt == 2:
                     break
                 print(f"  {side}: other processes used {res['others_cores']:.2f} cores during "
                       f"the run ({top_cpu()}); run again ({attempt + 1}/3)", flush=True)
                 rejected.append(f"{side} ({res['tokens_per_s']:,.0f} tok/s, others "
                                 f"{res['others_cores']:.2f} cores)")
-            loads.append(load)
             res["load_before"] = load
-            results[side].append(res)
-            print(f"repeat {rep + 1} {side:>18}: {res['tokens_per_s']:8,.0f} tok/s over "
-                  f"{res['steps']} steps / {res['wall_s']:.1f} s; main thread "
-                  f"{res.get('main_thread_cpu_pct', float('nan')):.1f}% CPU, process "
-                  f"{res.get('process_cpu_pct', float('nan')):.0f}%, tmux "
+            runs.setdefault(side, []).append(res)
+            print(f"  {side:>18}: {res['tokens_per_s']:8,.0f} tok/s over {res['steps']} steps /"
+                  f" {res['wall_s']:.1f} s; main thread "
+                  f"{res.get('main_thread_cpu_pct', float('nan')):.1f}% CPU, tmux "
                   f"{res.get('tmux_cpu_pct', float('nan')):.1f}%, others "
-                  f"{res.get('others_cores', float('nan')):.2f} cores; load {loads[-1]}",
-                  flush=True)
+                  f"{res.get('others_cores', float('nan')):.2f} cores; load {load}", flush=True)
+            return res["tokens_per_s"], res.get("others_cores", 0.0)
+        return run_once
+
+    sides = {"headless": side_fn("headless")}
+    for w, h in sizes:
+        sides[f"dashboard {w}x{h}"] = side_fn(f"dashboard {w}x{h}")
+    res = interleaved_pairs("headless", sides, args.pairs)
     TmuxPane.kill_server()
     refresh_s, chart_s = refresh_rate()
-    head = median([r["tokens_per_s"] for r in results["headless"]])
-    lines = ["| side | tokens/s (median) | ratio to headless | paired ratios | target | "
-             "main-thread CPU | tmux CPU | all runs (tok/s) |", "|---|---|---|---|---|---|---|---|"]
-    verdicts = []
-    for side in sides:
-        vals = [r["tokens_per_s"] for r in results[side]]
-        med = median(vals)
-        main_cpu = median([r.get("main_thread_cpu_pct", float("nan")) for r in results[side]])
-        tmux_cpu = [r["tmux_cpu_pct"] for r in results[side] if "tmux_cpu_pct" in r]
-        if side == "headless":
-            lines.append(f"| {side} | {med:,.0f} | 1 | | | {main_cpu:.1f}% | | "
+    others = res["others_cores"]
+    mean_others = sum(others) / len(others)
+    rows, verdicts = [], []
+    for side, ratios in res["ratios"].items():
+        row, v = ratio_row(f"{side} / headless, tokens/s", ratios, res["aa"], TARGET,
+                           mean_others, args.max_busy)
+        rows.append(row)
+        verdicts.append(f"{side}: {v}")
+    cpu_lines = ["| side | tokens/s median | main-thread CPU (median) | tmux CPU (median) | "
+                 "all runs (tok/s) |", "|---|---|---|---|---|"]
+    for side, rs in runs.items():
+        vals = [r["tokens_per_s"] for r in rs]
+        main_cpu = median([r.get("main_thread_cpu_pct", float("nan")) for r in rs])
+        tmux_cpu = [r["tmux_cpu_pct"] for r in rs if "tmux_cpu_pct" in r]
+        cpu_lines.append(f"| {side} | {median(vals):,.0f} | {main_cpu:.1f}% | "
+                         f"{f'{median(tmux_cpu):.1f}%' if tmux_cpu else ''} | "
                          f"{', '.join(f'{v:,.0f}' for v in vals)} |")
-            continue
-        ratio = med / head
-        paired = [r["tokens_per_s"] / h["tokens_per_s"]
-                  for r, h in zip(results[side], results["headless"], strict=True)]
-        met = "met" if ratio >= 0.98 else "MISSED"
-        verdicts.append(f"{side}: {ratio:.3f} ({met})")
-        lines.append(f"| {side} | {med:,.0f} | **{ratio:.3f}** | "
-                     f"{', '.join(f'{p:.3f}' for p in paired)} | ≥ 0.98: {met} | "
-                     f"{main_cpu:.1f}% | {median(tmux_cpu) if tmux_cpu else float('nan'):.1f}% | "
-                     f"{', '.join(f'{v:,.0f}' for v in vals)} |")
-    table = "\n".join(lines)
-    others = ", ".join(f"{r.get('others_cores', float('nan')):.2f}"
-                       for side in sides for r in results[side])
-    elapsed = time.monotonic() - t_start
+    table = RATIO_HEADER + "\n" + "\n".join(rows) + "\n\n" + "\n".join(cpu_lines)
     body = (
         f"Config: `memtop train` defaults (B={B_DEFAULT}, T={T_DEFAULT}, 4 layers, dim 128, "
-        f"explicit attention, bf16, CPU), {args.steps} steps per run, tokens/s over steps "
+        f"explicit attention, bf16, CPU){' with --smoke: ' + ' '.join(TINY) if args.smoke else ''}"
+        f", {args.steps} steps per run, tokens/s over steps "
         f"{args.skip}..{args.steps} from metrics.jsonl time_s (tokens ÷ wall time). Dashboard "
         f"refresh {1 / refresh_s:g} Hz (tui/app.py REFRESH_S = {refresh_s}), memory chart "
-        f"rebuilt every {chart_s:g} s. Each run is its own process: headless = "
-        f"`python -m tui.cli train --headless`, dashboard = `python -m tui.cli train` in a "
-        f"detached tmux {tmux_version()} pane of the given size (TERM inside tmux: tmux's "
-        f"default), quit with q after the last step row. {args.repeats} repeats, order "
-        f"rotated each repeat. Main-thread CPU = the app process's main (UI) thread, "
-        f"% of one core over the timed interval; tmux CPU = the tmux server (parses the "
-        f"app's output). 1-min/5-min/15-min load average before each run: "
-        f"{'; '.join(loads)}. CPU used by other processes during the timed intervals "
-        f"(cores, per run): {others}. Runs thrown away because other processes used the CPU "
-        f"meanwhile: {'; '.join(rejected) or 'none'}. Wall time {elapsed / 60:.1f} min.\n"
-        f"Command: `python benchmarks/dashboard_overhead.py --repeats {args.repeats} --steps "
+        f"rebuilt every {chart_s:g} s or less often on big panes. Each run is its own process: "
+        f"headless = `python -m tui.cli train --headless`, dashboard = `python -m tui.cli "
+        f"train` in a detached tmux {tmux_version()} pane of the given size, quit with q after "
+        f"the last step row. {args.pairs} rounds of [headless, dashboards..., headless'] (odd "
+        f"rounds reversed); A/A = headless'/headless of the same round. Main-thread CPU = the "
+        f"app's UI thread, % of one core over the timed interval; tmux CPU = the tmux server. "
+        f"{load_note(others, args.max_busy)} Runs thrown away because other processes used "
+        f"the CPU meanwhile: {'; '.join(rejected) or 'none'}. Wall time "
+        f"{res['seconds'] / 60:.1f} min.\n"
+        f"Command: `python benchmarks/dashboard_overhead.py --pairs {args.pairs} --steps "
         f"{args.steps} --skip {args.skip} --sizes {args.sizes}`\n\n{table}\n\n"
-        f"Target dashboard ≥ 0.98 of headless: {'; '.join(verdicts)}."
+        f"Target dashboard ≥ {TARGET} of headless: {'; '.join(verdicts)}."
     )
     print(machine())
-    print(table)
+    print(body)
     if not args.no_append:
         append_results("Dashboard overhead: dashboard in a real terminal vs headless", body)
 

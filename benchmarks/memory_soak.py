@@ -30,7 +30,8 @@ from common import ROOT, append_results, machine
 from dashboard_overhead import TmuxPane, load_avg, memtop_argv, proc_rss_bytes, run_folder
 
 TINY = ["--layers", "1", "--dim", "32", "--heads", "2", "--seq-len", "16", "--batch-size", "4"]
-TARGET_MIB = 5.0
+TARGET_MIB = 5.0  # headless, after its warm-up steps
+DASH_TARGET_MIB = 2.0  # dashboard, after its first --warm-seconds (issue 18: 2 minutes)
 MIB = 1024 * 1024
 
 
@@ -176,7 +177,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=100_000, help="headless steps")
     parser.add_argument("--warm-step", type=int, default=2000)
     parser.add_argument("--dash-minutes", type=float, default=10.0)
-    parser.add_argument("--warm-seconds", type=float, default=60.0)
+    parser.add_argument("--warm-seconds", type=float, default=120.0)
     parser.add_argument("--sample-s", type=float, default=5.0)
     parser.add_argument("--help-every", type=float, default=30.0,
                         help="dashboard: open and close the help screen every S s (0: never)")
@@ -219,7 +220,7 @@ def main() -> None:
         d = dashboard(args.dash_minutes, args.warm_seconds, args.sample_s, args.help_every,
                       args.profile_every)
         load1 = load_avg()
-        met = "met" if d["growth"] / MIB < TARGET_MIB else "MISSED"
+        met = "met" if d["growth"] / MIB < DASH_TARGET_MIB else "MISSED"
         r = d["rows"]
         verdicts.append(f"dashboard {args.dash_minutes:g} min ({d['steps']:,} steps): "
                         f"{d['growth'] / MIB:+.2f} MiB ({met})")
@@ -234,7 +235,7 @@ def main() -> None:
             "| figure | MiB |\n|---|---|\n"
             f"| VmRSS at {args.warm_seconds:g} s (warm) | {mib(d['rss_warm'])} |\n"
             f"| VmRSS at the end | {mib(d['rss_end'])} |\n"
-            f"| **growth after warm-up** (target < {TARGET_MIB:g} MiB: {met}) | "
+            f"| **growth after warm-up** (target < {DASH_TARGET_MIB:g} MiB: {met}) | "
             f"**{d['growth'] / MIB:+.2f}** |\n"
             f"| min / max after warm-up | {mib(d['rss_min_after'])} / "
             f"{mib(d['rss_max_after'])} |\n"

@@ -1,9 +1,12 @@
 """Monitoring overhead: tokens/s of a plain AMP loop vs the same training under headless memtop.
 
 Both sides run in this one process, on a background thread each time (as memtop's trainer does),
-interleaved A B A B ... so drift on a noisy machine hits both alike. Reports medians and the ratio.
+in interleaved rounds [plain, headless, plain'] (odd rounds reversed) so drift on a noisy machine
+hits both alike, and plain'/plain gives the A/A noise of the same run (benchmarks/common.py).
+Reports the median headless/plain ratio with its spread beside the A/A spread and the target.
 
-    python benchmarks/overhead.py [--repeats 5] [--steps 100] [--warm 10]
+    python benchmarks/overhead.py [--pairs 7] [--steps 150] [--warm 10]
+    python benchmarks/overhead.py --side headless --runs 3   # one side only (under py-spy)
 """
 
 from __future__ import annotations
@@ -14,7 +17,16 @@ import tempfile
 import time
 
 import torch
-from common import append_results, in_thread, machine, median
+from common import (
+    RATIO_HEADER,
+    append_results,
+    in_thread,
+    interleaved_pairs,
+    load_note,
+    machine,
+    median,
+    ratio_row,
+)
 
 from probes.ring import Ring
 from probes.runfolder import create_run_dir
@@ -73,38 +85,62 @@ def memtop_headless(cfg: TrainConfig, warm: int, steps: int) -> float:
     return steps * cfg.batch_size * cfg.seq_len / (times[warm + steps] - times[warm])
 
 
+TARGET = 0.99
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--pairs", type=int, default=7, help="rounds (each: plain, headless, "
+                        "plain again for the A/A noise); fewer than 7 are not judged")
+    parser.add_argument("--steps", type=int, default=150)
     parser.add_argument("--warm", type=int, default=10)
+    parser.add_argument("--max-busy", type=float, default=0.3,
+                        help="wait until fewer cores than this are busy; runs where other "
+                             "processes used more are marked as measured under load")
+    parser.add_argument("--max-wait", type=float, default=900,
+                        help="seconds to wait for idle cores before measuring anyway")
+    parser.add_argument("--side", choices=("plain", "headless"),
+                        help="run only this side --runs times (for a profiler), no ratio")
+    parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--no-append", action="store_true", help="print only")
     args = parser.parse_args()
     cfg = TrainConfig(device="cpu", run_dir=tempfile.gettempdir())
-    plain: list[float] = []
-    ours: list[float] = []
-    for i in range(args.repeats):
-        plain.append(in_thread(plain_loop, cfg, args.warm, args.steps))
-        ours.append(in_thread(memtop_headless, cfg, args.warm, args.steps))
-        print(f"repeat {i + 1}: plain {plain[-1]:,.0f} tok/s, memtop {ours[-1]:,.0f} tok/s")
-    ratio = median(ours) / median(plain)
-    pair = median([o / p for o, p in zip(ours, plain, strict=True)])
-    table = (
-        "| side | tokens/s (median of {n}) | all repeats |\n|---|---|---|\n"
-        "| plain AMP loop (no probes) | {p:,.0f} | {pa} |\n"
-        "| memtop --headless (all instruments, metrics.jsonl) | {o:,.0f} | {oa} |\n\n"
-        "Ratio of medians: **{r:.3f}**; median of paired ratios: {pr:.3f} (target ≥ 0.99: {met})."
-    ).format(n=args.repeats, p=median(plain), o=median(ours), r=ratio, pr=pair,
-             pa=", ".join(f"{v:,.0f}" for v in plain), oa=", ".join(f"{v:,.0f}" for v in ours),
-             met="met" if ratio >= 0.99 else "MISSED")
+    fns = {"plain": lambda: in_thread(plain_loop, cfg, args.warm, args.steps),
+           "headless": lambda: in_thread(memtop_headless, cfg, args.warm, args.steps)}
+    if args.side:
+        for i in range(args.runs):
+            print(f"{args.side} run {i + 1}: {fns[args.side]():,.0f} tok/s", flush=True)
+        return
+    from dashboard_overhead import wait_quiet
+
+    wait_quiet(args.max_busy, args.max_wait, "before the first round")
+
+    def show(rnd: int, label: str, value: float, others: float) -> None:
+        print(f"round {rnd + 1} {label:>14}: {value:9,.0f} tok/s (others {others:.2f} cores)",
+              flush=True)
+
+    res = interleaved_pairs("plain", fns, args.pairs, on_result=show)
+    others = res["others_cores"]
+    row, v = ratio_row("headless memtop / plain loop, tokens/s", res["ratios"]["headless"],
+                       res["aa"], TARGET, sum(others) / len(others), args.max_busy)
+    vals = res["values"]
+    table = (f"{RATIO_HEADER}\n{row}\n\n"
+             f"| side | tokens/s median | all rounds |\n|---|---|---|\n"
+             f"| plain AMP loop (no probes) | {median(vals['plain']):,.0f} | "
+             f"{', '.join(f'{x:,.0f}' for x in vals['plain'])} |\n"
+             f"| memtop --headless (all instruments, metrics.jsonl) | "
+             f"{median(vals['headless']):,.0f} | "
+             f"{', '.join(f'{x:,.0f}' for x in vals['headless'])} |")
     body = (f"Config: default `memtop train` model (B={cfg.batch_size}, T={cfg.seq_len}, "
             f"{cfg.layers} layers, dim {cfg.dim}, {cfg.attention} attention, amp "
             f"{cfg.amp_mode}, device cpu); {args.warm} warm-up steps then {args.steps} timed "
-            f"steps per repeat, interleaved, each on a background thread.\n"
-            f"Command: `python benchmarks/overhead.py --repeats {args.repeats} --steps "
-            f"{args.steps}`\n\n{table}")
+            f"steps per run, each on a background thread; {args.pairs} rounds of [plain, "
+            f"headless, plain'] (odd rounds reversed), A/A = plain'/plain of the same round. "
+            f"{load_note(others, args.max_busy)} Wall time {res['seconds'] / 60:.1f} min.\n"
+            f"Command: `python benchmarks/overhead.py --pairs {args.pairs} --steps "
+            f"{args.steps}`\n\n{table}\n\nResult: headless/plain {v}.")
     print(machine())
-    print(table)
+    print(body)
     if not args.no_append:
         append_results("Monitoring overhead: plain loop vs headless memtop", body)
 

@@ -10,8 +10,10 @@ metrics.jsonl split the time into: interpreter + imports + app start-up, model b
 step, and the wait for the next 2 Hz refresh. Headless: `python -m tui.cli train --headless
 --steps 2 --log-every 1` as a subprocess, time to the `step      1` line on stdout. Baselines:
 `python -c "import torch"` and the import of every module the dashboard loads (`-X importtime`,
-the heaviest listed). Medians of --repeats runs; the target (≤ 2 s here) applies to the
-dashboard's first sample.
+the heaviest listed). Medians of --repeats runs. Targets (issue 18): the dashboard's frame
+(header and empty panes) and headless's first line within 0.6 s of the command, before torch is
+imported; the first sample on screen and headless's first step line no later than the bare
+script's first loss (import torch + one optimizer step: the floor) + 0.2 s.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ from pathlib import Path
 from common import ROOT, append_results, machine, median
 from dashboard_overhead import TmuxPane, load_avg, memtop_argv, run_folder, wait_quiet
 
-TARGET_S = 2.0
+FRAME_TARGET_S = 0.6  # frame / first line
+OVER_FLOOR_S = 0.2  # first sample: at most this much after the bare script's first loss
 STEP_RE = re.compile(r"step (\d+)")
 
 
@@ -151,22 +154,30 @@ def import_breakdown(top: int = 8) -> list[tuple[str, float]]:
     return sorted(cum.items(), key=lambda kv: -kv[1])[:top]
 
 
+def load_note_ok(before: str, after: str, max_busy: float) -> bool:
+    """Quiet enough to judge: the 1-minute load average stayed under 1 + max_busy (this
+    script's own runs use about one core)."""
+    return max(float(before.split()[0]), float(after.split()[0])) <= 1 + max_busy * 2
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--size", default="120x40")
     parser.add_argument("--max-busy", type=float, default=0.3,
                         help="wait until fewer cores than this are busy")
+    parser.add_argument("--max-wait", type=float, default=900,
+                        help="seconds to wait for a quiet machine before measuring anyway")
     parser.add_argument("--no-append", action="store_true")
     args = parser.parse_args()
     size = tuple(int(v) for v in args.size.split("x"))
-    wait_quiet(args.max_busy, 900, "before the start-up runs")
+    wait_quiet(args.max_busy, args.max_wait, "before the start-up runs")
     load0 = load_avg()
     t_all = time.monotonic()
     torch_s, dyn_s, mods_s, bare_s, dash, head = [], [], [], [], [], []
     for i in range(args.repeats):
         if i:
-            wait_quiet(args.max_busy, 300, f"before run {i + 1}")
+            wait_quiet(args.max_busy, min(300, args.max_wait), f"before run {i + 1}")
         torch_s.append(timed([sys.executable, "-c", "import torch"]))
         dyn_s.append(timed([sys.executable, "-c", "import torch, torch._dynamo"]))
         bare_s.append(bare_once())
@@ -192,7 +203,19 @@ def main() -> None:
         return ", ".join("n/a" if r.get(key) is None else f"{r[key]:.2f}" for r in rows)
 
     first = med(dash, "first_sample_s")
-    verdict = "met" if first <= TARGET_S else "MISSED"
+    floor = median(bare_s) + OVER_FLOOR_S
+    quiet = load_note_ok(load0, load1, args.max_busy)
+
+    def judge(value: float, target: float) -> str:
+        if value != value:
+            return "n/a"
+        v = "met" if value <= target else "MISSED"
+        return v if quiet else f"{v} (measured under load: not valid)"
+
+    verdict = judge(first, floor)
+    frame_v = judge(med(dash, "first_frame_s"), FRAME_TARGET_S)
+    head_line_v = judge(med(head, "first_line_s"), FRAME_TARGET_S)
+    head_step_v = judge(med(head, "first_step_line_s"), floor)
     table = "\n".join([
         f"| figure | median of {args.repeats} (s) | all runs (s) | target |",
         "|---|---|---|---|",
@@ -204,20 +227,20 @@ def main() -> None:
         f"{median(bare_s):.2f} | {', '.join(f'{v:.2f}' for v in bare_s)} | |",
         f"| import of the dashboard's modules (`{DASH_IMPORTS}`) | {median(mods_s):.2f} | "
         f"{', '.join(f'{v:.2f}' for v in mods_s)} | |",
-        f"| dashboard: first frame (header drawn) | {med(dash, 'first_frame_s'):.2f} | "
-        f"{col(dash, 'first_frame_s')} | |",
+        f"| **dashboard: first frame (header drawn)** | **{med(dash, 'first_frame_s'):.2f}** | "
+        f"{col(dash, 'first_frame_s')} | ≤ {FRAME_TARGET_S:g} s: {frame_v} |",
         f"| dashboard: trainer thread started (config.json written) | "
         f"{med(dash, 'trainer_start_s'):.2f} | "
         f"{col(dash, 'trainer_start_s')} | |",
         f"| dashboard: step 1 finished (metrics.jsonl) | {med(dash, 'step1_done_s'):.2f} | "
         f"{col(dash, 'step1_done_s')} | |",
         f"| **dashboard: first sample on screen** (step counter ≥ 1) | **{first:.2f}** | "
-        f"{col(dash, 'first_sample_s')} | ≤ {TARGET_S:g} s: "
+        f"{col(dash, 'first_sample_s')} | ≤ floor + {OVER_FLOOR_S:g} = {floor:.2f} s: "
         f"{verdict} |",
         f"| headless: `memtop: run folder` line | {med(head, 'first_line_s'):.2f} | "
-        f"{col(head, 'first_line_s')} | |",
+        f"{col(head, 'first_line_s')} | ≤ {FRAME_TARGET_S:g} s: {head_line_v} |",
         f"| headless: first step line | {med(head, 'first_step_line_s'):.2f} | "
-        f"{col(head, 'first_step_line_s')} | |",
+        f"{col(head, 'first_step_line_s')} | ≤ {floor:.2f} s: {head_step_v} |",
     ])
     step1_ms = med(dash, "step1_ms")
     imports = ", ".join(f"{name} {sec:.2f}" for name, sec in breakdown)
@@ -230,9 +253,11 @@ def main() -> None:
         f"{imports}. Load average {load0} before, {load1} after; "
         f"{(time.monotonic() - t_all) / 60:.1f} min.\n"
         f"Command: `python benchmarks/startup.py --repeats {args.repeats} --size {args.size}`"
-        f"\n\n{table}\n\nResult: command to first sample on screen {first:.2f} s (target ≤ "
-        f"{TARGET_S:g} s: {verdict}); a bare script with the same model prints its first loss "
-        f"at {median(bare_s):.2f} s, so memtop adds {first - median(bare_s):+.2f} s."
+        f"\n\n{table}\n\nResult: first frame {med(dash, 'first_frame_s'):.2f} s (target ≤ "
+        f"{FRAME_TARGET_S:g} s: {frame_v}); first sample on screen {first:.2f} s (target ≤ the "
+        f"bare script's first loss {median(bare_s):.2f} s + {OVER_FLOOR_S:g} s: {verdict}; "
+        f"memtop adds {first - median(bare_s):+.2f} s); headless first step line "
+        f"{med(head, 'first_step_line_s'):.2f} s ({head_step_v})."
     )
     print(machine())
     print(table)

@@ -137,8 +137,8 @@ class Spans:
         from textual.screen import Screen
 
         chart_builds = lambda: app.chart.builds  # noqa: E731
-        app.refresh_from_ring = self.timed(
-            app.refresh_from_ring,
+        app.refresh_from_source = self.timed(
+            app.refresh_from_source,
             lambda before: chart_builds() if before is None else
             ("refresh tick, chart rebuilt" if chart_builds() != before else "refresh tick"))
         for name, what in (("_compositor_refresh", "compositor"), ("_refresh_layout", "layout")):
@@ -300,6 +300,9 @@ async def lag_monitor(app, stop: asyncio.Event, ticks: list[tuple[float, float, 
                       group_of((phase0, app.trainer.status.profile_phase))))
 
 
+SMOKE_CONFIG: dict = {}  # --smoke: a tiny model, to check the script on a busy machine
+
+
 async def in_process(seconds: float, profile_every_s: float, size: tuple[int, int],
                      seed: int, quiet_s: float) -> dict:
     from probes.runfolder import create_run_dir
@@ -307,7 +310,7 @@ async def in_process(seconds: float, profile_every_s: float, size: tuple[int, in
     from tui.app import MemtopApp
 
     with tempfile.TemporaryDirectory(prefix="memtop-lat-") as tmp:
-        config = TrainConfig(device="cpu", steps=0, run_dir=tmp)
+        config = TrainConfig(device="cpu", steps=0, run_dir=tmp, **SMOKE_CONFIG)
         run_dir = create_run_dir(tmp)
         app = MemtopApp.for_run(config, run_dir)  # the defaults memtop train uses
         spans = Spans()
@@ -342,7 +345,8 @@ async def in_process(seconds: float, profile_every_s: float, size: tuple[int, in
             wall = t_end - t_start
             others = (cpu_busy_s() - busy0 - (proc_cpu_s(os.getpid()) - mine0)) / wall
             own = (proc_cpu_s(os.getpid()) - mine0) / wall
-            windows = app.trainer.hooks[0].windows_done if app.profiler_available else 0
+            prof = next((h for h in app.trainer.hooks if hasattr(h, "windows_done")), None)
+            windows = prof.windows_done if prof is not None else 0
             await pilot.press("q")
             while app.return_code is None:
                 await pilot.pause(0.1)
@@ -423,16 +427,23 @@ def main() -> None:
                         help="also run part 1 with the Footer watcher workaround (Textual #6666)")
     parser.add_argument("--max-busy", type=float, default=0.3,
                         help="wait until fewer cores than this are busy")
+    parser.add_argument("--max-wait", type=float, default=900,
+                        help="seconds to wait for idle cores before measuring anyway")
     parser.add_argument("--no-append", action="store_true")
+    parser.add_argument("--smoke", action="store_true",
+                        help="tiny model, no waiting, print only: checks the script works")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
+    if args.smoke:
+        SMOKE_CONFIG.update(layers=1, heads=2, dim=32, seq_len=16, block_size=32, batch_size=4)
+        args.no_append, args.max_busy, args.max_wait = True, 99.0, 0.0
     size = tuple(int(v) for v in args.size.split("x"))
     t_all = time.monotonic()
     def part1(fix: bool) -> tuple[dict, str, str]:
         undo = footer_watcher_fix(fix)
         try:
             for attempt in range(3):
-                wait_quiet(args.max_busy, 900, "before part 1")
+                wait_quiet(args.max_busy, args.max_wait, "before part 1")
                 before = load_avg()
                 res = asyncio.run(in_process(args.seconds, args.profile_every, size, args.seed,
                                              args.quiet_seconds))
@@ -539,7 +550,7 @@ def main() -> None:
     tmux_text = "Part 2 not run (--tmux-presses 0)."
     tmux_verdict = ""
     if args.tmux_presses > 0:
-        wait_quiet(args.max_busy, 900, "before part 2")
+        wait_quiet(args.max_busy, args.max_wait, "before part 2")
         load2 = load_avg()
         tm = in_tmux(args.tmux_presses, size, args.seed)
         lat = tm["lat"]

@@ -24,7 +24,9 @@ from probes.records import Event
 from tui.app import MemtopApp
 from tui.dashboard_run import stderr_to_file
 from tui.format import format_value
+from tui.widgets.footer import MemtopFooter
 from tui.widgets.help_screen import CUDA_COUNTERS, HelpScreen
+from tui.widgets.memory_chart import REF_CELLS
 
 
 def rows(app: MemtopApp) -> tuple[list[dict], list[dict]]:
@@ -113,6 +115,26 @@ async def test_help_screen_opens_and_closes(make_app):
         assert "(CUDA only)" in text
         await pilot.press("escape")
         await wait_for(pilot, lambda: not isinstance(app.screen, HelpScreen), "help closed")
+
+
+async def test_help_is_built_once_and_screen_changes_leave_nothing_behind(make_app):
+    """Re-opening help re-pushes the same screen; the Footer keeps no watchers of removed keys
+    (Textual #6666 kept ~9 FooterKeys per screen change: RSS slope, gen-2 gc pauses)."""
+    app = make_app(autostart=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        footer = app.query_one(MemtopFooter)
+        screens, watchers = [], []
+        for _ in range(4):
+            await pilot.press("question_mark")
+            await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen), "help screen")
+            screens.append(app.screen)
+            await pilot.press("question_mark")
+            await wait_for(pilot, lambda: not isinstance(app.screen, HelpScreen), "closed")
+            await pilot.pause()
+            watchers.append(footer.compact_watchers())
+        assert all(s is screens[0] for s in screens)
+        assert watchers[-1] <= watchers[0], watchers  # unpatched Footer: +9 per open/close
+        assert watchers[0] <= len(footer.query("FooterKey"))
 
 
 OPS = [
@@ -386,7 +408,7 @@ def test_fd2_goes_to_the_log_while_the_ui_keeps_the_terminal(tmp_path, capfd):
     assert "after" in capfd.readouterr().err
 
 
-@pytest.mark.parametrize("size", [(80, 24), (120, 40)])
+@pytest.mark.parametrize("size", [(80, 24), (120, 40), (200, 60)])
 async def test_layout_fits_small_and_large_terminals(make_app, size):
     app = make_app(autostart=False)
     async with app.run_test(size=size) as pilot:
@@ -399,3 +421,115 @@ async def test_layout_fits_small_and_large_terminals(make_app, size):
         assert app.query_one("#chart-box").region.height >= 6
         assert app.header_bar.region.y == 0
         assert app.status_line.region.bottom == height - 1  # the footer below it
+        # What grows with the screen is bounded: chart rebuilds per second fall as its canvas
+        # grows past 120x40's, Sparklines hold no more points than they are wide.
+        chart = app.chart
+        cells = chart.size.width * chart.size.height
+        assert chart.interval_s() * min(cells, REF_CELLS) == pytest.approx(
+            chart.every_s * cells)
+        for pane in app.panes.values():
+            pane.push([1.0] * 500)
+            pane.refresh_view()
+            assert len(pane._spark.data) <= max(1, pane._spark.size.width)
+
+
+DEFERRED_FRAME = r"""
+import asyncio, sys
+from pathlib import Path
+from probes.runfolder import create_run_dir
+from trainer.config import TrainConfig
+from tui.app import MemtopApp
+
+async def main():
+    config = TrainConfig(device="cpu", steps=0, run_dir=sys.argv[1])
+    app = MemtopApp.for_run(config, create_run_dir(sys.argv[1]), deferred=True, autostart=False,
+                            freeze_gc=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause(0.2)
+        print("header:", app.header_bar.text.replace("\n", " "))
+        print("panes:", len(app.panes), "torch imported:", "torch" in sys.modules)
+    app.shutdown(10)
+
+asyncio.run(main())
+"""
+
+
+def test_deferred_dashboard_frame_is_up_before_torch_is_imported(tmp_path):
+    """`memtop train` draws header and panes, "starting", while torch is not yet imported:
+    the trainer thread imports it (issue 18: the frame within 0.6 s, RESULTS.md)."""
+    res = subprocess.run([sys.executable, "-c", DEFERRED_FRAME, str(tmp_path)], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "STARTING" in res.stdout and "torch imported: False" in res.stdout, res.stdout
+    assert "panes: 8 " in res.stdout, res.stdout
+
+
+async def test_deferred_trainer_builds_on_its_thread_and_trains(tiny_config, tmp_path):
+    from probes.runfolder import create_run_dir
+
+    app = MemtopApp.for_run(tiny_config(steps=0), create_run_dir(tmp_path / "runs"),
+                            deferred=True, refresh_s=0.1, freeze_gc=False)
+    try:
+        async with app.run_test(size=(80, 24)) as pilot:
+            await wait_for(pilot, lambda: app.last_sample is not None
+                           and app.last_sample.step >= 3, "steps from the deferred trainer")
+            assert app.trainer.real is not None and app.trainer.alive
+            await pilot.press("q")
+            await wait_for(pilot, lambda: app.return_code is not None, "the app to exit")
+        assert app.return_code == 0
+        assert event_names(app)[-1] == "run_finished"
+    finally:
+        app.shutdown(timeout_s=60)
+    assert not app.trainer.alive
+
+
+async def test_chart_rebuilds_off_the_event_loop_and_at_once_for_a_screenshot(make_app):
+    from types import SimpleNamespace
+
+    app = make_app(autostart=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        chart = app.chart
+        await wait_for(pilot, lambda: chart.builds >= 1, "the first (empty) figure")
+        first = chart.render()
+        builders: list[str] = []
+        original = chart._build_text
+
+        def recording(*args):
+            builders.append(threading.current_thread().name)
+            return original(*args)
+
+        chart._build_text = recording
+        chart.add_points([SimpleNamespace(step=i, allocated_bytes=2**20 * i,
+                                          reserved_bytes=2**21 * i) for i in range(1, 50)])
+        assert chart.maybe_redraw(None)
+        assert chart.render() is first  # the old figure stays up while the thread builds
+        await wait_for(pilot, lambda: chart.builds >= 2, "the figure built on a thread")
+        assert builders and set(builders) == {"memtop-chart"}  # once per size the layout had
+        assert chart.render() is not first and "step" in chart.render().plain
+        chart.add_points([SimpleNamespace(step=60, allocated_bytes=1, reserved_bytes=2)])
+        builds = chart.builds
+        assert chart.maybe_redraw(None, force=True)
+        chart.render()
+        assert chart.builds == builds + 1 and builders[-1] == threading.current_thread().name
+
+
+async def test_ui_freezes_gc_spaces_gen2_passes_and_shutdown_restores_both(tiny_config, tmp_path):
+    import gc
+
+    from probes.runfolder import create_run_dir
+    from tui.app import GEN2_EVERY
+
+    before = gc.get_threshold()
+    app = MemtopApp.for_run(tiny_config(steps=0), create_run_dir(tmp_path / "runs"),
+                            deferred=True, refresh_s=0.1, freeze_gc=True)
+    try:
+        async with app.run_test(size=(80, 24)) as pilot:
+            await wait_for(pilot, lambda: app._gc_frozen, "the freeze once the run started")
+            assert gc.get_freeze_count() > 0
+            assert gc.get_threshold() == (*before[:2], max(before[2], GEN2_EVERY))
+            await pilot.press("q")
+            await wait_for(pilot, lambda: app.return_code is not None, "the app to exit")
+    finally:
+        app.shutdown(timeout_s=60)
+    assert gc.get_threshold() == before and gc.get_freeze_count() == 0

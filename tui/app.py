@@ -20,7 +20,6 @@ from textual import events
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid, Horizontal, Vertical
-from textual.widgets import Footer
 
 from probes import records as R
 from probes.records import Event, Record, StepSample, switches_text
@@ -42,9 +41,10 @@ from tui.format import (
 )
 from tui.format_panels import counter_pane
 from tui.run_end import RunEnd
-from tui.sources import FolderSource, RunSource, TrainerSource
+from tui.sources import DeferredTrainer, FolderSource, RunSource, TrainerSource
 from tui.widgets.admission_line import AdmissionLine
 from tui.widgets.error_banner import ErrorBanner
+from tui.widgets.footer import MemtopFooter
 from tui.widgets.header import MemtopHeader
 from tui.widgets.kv_cache import KvCachePane
 from tui.widgets.leak_banner import LeakBanner
@@ -59,6 +59,8 @@ from tui.widgets.top_ops import TopOpsTable
 REFRESH_S = 0.5  # 2 Hz: the rate docs/ARCHITECTURE.md records at 0.98 of headless throughput
 CHART_EVERY_S = 5.0  # plotext rebuilds cost ~30 ms: rarely
 VIEWS = ("chart", "ops", "ledger")
+FIRST_SAMPLE_POLL_S = 0.05  # until the first sample: startup target is the bare floor + 0.2 s
+GEN2_EVERY = 100  # gen-1 passes between gen-2 passes once frozen (CPython's default: 10)
 
 
 class MemtopApp(RanksView, AppActions, App[int]):
@@ -102,6 +104,7 @@ class MemtopApp(RanksView, AppActions, App[int]):
         self.last_sample: StepSample | None = None
         self.ticks = 0
         self._gc_frozen = False
+        self._gc_thresholds: tuple[int, int, int] | None = None
         self._alert_panes: dict[str, str] = {}  # counter -> pane id
         self._loop: asyncio.AbstractEventLoop | None = None  # set on mount; for other threads
         # several ranks: the panes and chart follow rank 0, the rank table every rank
@@ -113,18 +116,29 @@ class MemtopApp(RanksView, AppActions, App[int]):
         self._init_actions()
 
     @classmethod
-    def for_run(cls, config: Any, run_dir: Path, autostart: bool = True,
+    def for_run(cls, config: Any, run_dir: Path, autostart: bool = True, deferred: bool = False,
                 **kwargs: Any) -> MemtopApp:
-        """`memtop train`: the trainer with its instruments on a thread, records via a ring."""
-        from trainer.instruments import build_hooks
-        from trainer.loop import Trainer
+        """`memtop train`: the trainer with its instruments on a thread, records via a ring.
 
+        ``deferred``: build the trainer (and import torch) on its thread once started, so the
+        frame is on screen first (tui/sources.py DeferredTrainer); the device is then learnt
+        from the run_started row."""
         ring: Ring[Record] = Ring(maxlen=4096)
-        trainer = Trainer(config, run_dir, sinks=[ring.push], hooks=build_hooks(config))
+        trainer: Any
+        if deferred:
+            trainer = DeferredTrainer(config, run_dir, sinks=[ring.push])
+            device = str(config.device).strip().lower()
+            kwargs.setdefault("device_type", "cuda" if device.startswith("cuda") else "cpu")
+        else:
+            from trainer.instruments import build_hooks
+            from trainer.loop import Trainer
+
+            trainer = Trainer(config, run_dir, sinks=[ring.push], hooks=build_hooks(config))
+            kwargs.setdefault("device_type", config.torch_device.type)
         source = TrainerSource(trainer, ring)
         source.autostart = autostart
         ending = RunEnd(trainer, trainer.control, Path(run_dir))
-        return cls(source, ending=ending, device_type=config.torch_device.type, **kwargs)
+        return cls(source, ending=ending, **kwargs)
 
     @classmethod
     def for_infer(cls, config: Any, spec: Any, run_dir: Path, **kwargs: Any) -> MemtopApp:
@@ -194,7 +208,7 @@ class MemtopApp(RanksView, AppActions, App[int]):
                 yield TopOpsTable(id="ops")
                 yield LedgerPane(id="ledger")
         yield StatusLine(id="status")
-        yield Footer(compact=True)
+        yield MemtopFooter(compact=True)
 
     def on_mount(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -218,6 +232,9 @@ class MemtopApp(RanksView, AppActions, App[int]):
         self.source.start()
         self.set_interval(self.refresh_s, self.refresh_from_source)
         self.refresh_from_source()
+        if self.ring is not None:  # the first sample on screen at once, not at the next tick
+            self._first_sample_timer = self.set_interval(FIRST_SAMPLE_POLL_S,
+                                                         self._poll_first_sample)
         self._mounted_actions()
 
     def on_unmount(self) -> None:
@@ -261,6 +278,13 @@ class MemtopApp(RanksView, AppActions, App[int]):
         self._check_failed()
         self._maybe_freeze_gc()
 
+    def _poll_first_sample(self) -> None:
+        """Until the first sample is shown: a len() per poll, a refresh once records wait."""
+        if self.last_sample is not None or self.run_state.finished:
+            self._first_sample_timer.stop()
+        elif self.ring is not None and len(self.ring):
+            self.refresh_from_source()
+
     def _take(self, records: list[Record]) -> None:
         samples: list[StepSample] = []
         for record in records:
@@ -299,11 +323,18 @@ class MemtopApp(RanksView, AppActions, App[int]):
         self.chart.maybe_redraw(peak, force=force)
 
     def _maybe_freeze_gc(self) -> None:
-        """Once the run has started: collect, then freeze, so gen-2 passes stop walking torch's
-        and Textual's ~200k long-lived objects (a ~100 ms GIL hold each, docs/ARCHITECTURE.md)."""
+        """Once the run has started: collect, then freeze, so gen-2 passes stop walking
+        torch's and Textual's ~200k long-lived objects (a ~100 ms GIL hold each,
+        docs/ARCHITECTURE.md), as the trainer does (trainer/loop.py). After a freeze CPython
+        counts almost nothing as long lived, so its 25% rule lets a gen-2 pass run at every 10th
+        gen-1 pass (~0.6/s on the UI thread, benchmarks/RESULTS.md); GEN2_EVERY gen-1 passes
+        space them out (undone at shutdown)."""
         if self.freeze_gc and not self._gc_frozen and self.run_state.state != "starting":
             gc.collect()
             gc.freeze()
+            self._gc_thresholds = gc.get_threshold()
+            t0, t1, t2 = self._gc_thresholds
+            gc.set_threshold(t0, t1, max(t2, GEN2_EVERY))
             self._gc_frozen = True
 
     def elapsed_s(self) -> float:
@@ -360,6 +391,9 @@ class MemtopApp(RanksView, AppActions, App[int]):
         if st.state == "failed" and not self.error_banner.shown:
             self.error_banner.show_message(f"{self._what} FAILED at step {st.step}: {st.error}\n"
                                            "the last samples stay on screen; q quits")
+        build_error = getattr(self.trainer, "build_error", None)
+        if build_error and not self.error_banner.shown:
+            self.error_banner.show_message(f"the trainer could not start: {build_error}\nq quits")
 
     # events ------------------------------------------------------------------------------------
     def handle_event(self, event: Event) -> None:

@@ -38,6 +38,7 @@ class AppActions:
         self._early_signal: int | None = None  # one that came before the loop was running
         self._screenshots = 0
         self._report_path: Path | None = None
+        self._help_screen: HelpScreen | None = None
 
     def _mounted_actions(self: Any) -> None:
         if self._early_signal is not None:
@@ -143,14 +144,26 @@ class AppActions:
         self.set_view(views[(views.index(self.view) + 1) % len(views)])
 
     def action_help(self: Any) -> None:
-        if not isinstance(self.screen, HelpScreen):
-            self.push_screen(HelpScreen(self.device_type, self.run_state.counters))
+        """One HelpScreen per app, re-pushed (rebuilt only when what it says changed): an open
+        is then a repaint, not a compose and a layout (issue 18: stalls when help opened)."""
+        if isinstance(self.screen, HelpScreen):
+            return
+        counters = self.run_state.counters
+        screen = self._help_screen
+        if screen is None or (screen.device_type, screen.counters) != (self.device_type,
+                                                                      counters):
+            if screen is not None:
+                self.uninstall_screen("help")
+            screen = self._help_screen = HelpScreen(self.device_type, counters)
+            self.install_screen(screen, name="help")
+        self.push_screen("help")
 
     def action_screenshot(self: Any) -> None:
         """An SVG into the run folder; the counter keeps two presses in one second apart."""
         self._screenshots += 1
         name = (f"screenshot-{self._screenshots:03d}-step{self.run_state.step:06d}-"
                 f"{time.strftime('%H%M%S')}.svg")
+        self.redraw_chart()  # the newest points, built on the loop for this frame
         try:
             path = self.save_screenshot(filename=name, path=str(self.run_dir))
         except OSError as exc:  # disk full, read-only folder: the dashboard stays up
@@ -246,4 +259,6 @@ class AppActions:
             self.ending.shutdown(timeout_s, out)
         if self._gc_frozen:
             gc.unfreeze()
+            if self._gc_thresholds is not None:
+                gc.set_threshold(*self._gc_thresholds)
             self._gc_frozen = False

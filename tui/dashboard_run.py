@@ -178,7 +178,7 @@ def run_dashboard(config: TrainConfig, run_dir: Path) -> NoReturn:
     Exit status: 0 stopped or finished, 1 training failed, 128 + N after signal N (as
     headless; 129 when the terminal went away without a SIGHUP). It never returns: see _leave.
     """
-    run_app(MemtopApp.for_run(config, run_dir), run_dir)
+    run_app(MemtopApp.for_run(config, run_dir, deferred=True), run_dir)  # torch: trainer thread
 
 
 def run_infer_dashboard(config: object, spec: object, run_dir: Path) -> NoReturn:

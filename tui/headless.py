@@ -15,7 +15,6 @@ from probes.control import RunControl
 from probes.records import Event, Record, StepSample
 from probes.units import format_bytes, format_rate
 from trainer.config import TrainConfig
-from trainer.loop import Trainer
 
 EXIT_SIGINT = 130
 EXIT_SIGTERM = 143
@@ -64,9 +63,11 @@ class HeadlessPrinter:
 def run_headless(config: TrainConfig, run_dir: Path, log_every: int = 10,
                  out: TextIO | None = None) -> int:
     """Train in a background thread; Ctrl-C / SIGTERM stop it at a step boundary."""
-    from trainer.instruments import build_hooks
-
     out = out or sys.stdout
+    print(f"memtop: run folder {run_dir}", file=out, flush=True)  # before torch is imported
+    from trainer.instruments import build_hooks
+    from trainer.loop import Trainer
+
     control = RunControl()
     trainer = Trainer(config, run_dir, control=control, sinks=[HeadlessPrinter(log_every, out)],
                       hooks=build_hooks(config))
@@ -76,10 +77,9 @@ def run_headless(config: TrainConfig, run_dir: Path, log_every: int = 10,
 def drive(runner: Any, control: RunControl, run_dir: Path, out: TextIO) -> int:
     """Start ``runner`` (a Trainer or an InferenceRunner: start/join/exit_code/sink_errors) on
     its thread and wait; the first Ctrl-C / SIGTERM stops it at a step boundary, a second one
-    leaves at once. Writes the report at the end."""
+    leaves at once. Writes the report at the end. The caller has printed the run folder."""
     from tui.finish import finish_run
 
-    print(f"memtop: run folder {run_dir}", file=out, flush=True)
     received: list[int] = []
 
     def on_signal(signum: int, _frame: object) -> None:

@@ -47,9 +47,10 @@ class InferPrinter:
 
 def run_infer_headless(config: object, spec: object, run_dir: Path, log_every: int = 16,
                        out: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    print(f"memtop: run folder {run_dir}", file=out, flush=True)
     from trainer.infer import InferenceRunner
 
-    out = out or sys.stdout
     control = RunControl()
     runner = InferenceRunner(config, spec, run_dir, control=control,  # type: ignore[arg-type]
                              sinks=[InferPrinter(log_every, out)])

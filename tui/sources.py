@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from probes.runfolder import (
     read_history,
     socket_name,
 )
+from probes.runstate import RunState
 
 
 class RunSource:
@@ -107,7 +109,69 @@ class TrainerSource(RunSource):
 
     @property
     def note(self) -> str | None:
+        error = getattr(self.trainer, "build_error", None)
+        if error:
+            return f"the trainer could not start: {error}"
         return f"{self.ring.dropped} records dropped" if self.ring.dropped else None
+
+
+class DeferredTrainer:
+    """`memtop train`'s trainer, built on its own thread: torch is imported there, after the
+    dashboard's frame (header, empty panes, "starting") is on screen (issue 18: startup).
+
+    Offers what TrainerSource and RunEnd read of a Trainer (trainer/loop.py) from the start:
+    control, run_dir, config, start/join/alive, exit_code, status, elapsed_s.
+    """
+
+    def __init__(self, config: Any, run_dir: Path, sinks: list[Any]) -> None:
+        self.config = config
+        self.run_dir = Path(run_dir)
+        self.control = RunControl()
+        self.sinks = sinks
+        self.real: Any = None  # the Trainer, once built
+        self.build_error: str | None = None
+        self._exit_code: int | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> threading.Thread:
+        self._thread = threading.Thread(target=self._build_and_run, name="memtop-trainer",
+                                        daemon=True)
+        self._thread.start()
+        return self._thread
+
+    def _build_and_run(self) -> None:
+        try:
+            from trainer.instruments import build_hooks
+            from trainer.loop import Trainer
+
+            self.real = Trainer(self.config, self.run_dir, control=self.control,
+                                sinks=self.sinks, hooks=build_hooks(self.config))
+        except Exception as exc:  # an import or set-up failure: the app shows the error
+            self.build_error = f"{type(exc).__name__}: {exc}"
+            self._exit_code = 1
+            return
+        self.real.run()
+
+    def join(self, timeout: float | None = None) -> bool:
+        if self._thread is not None:
+            self._thread.join(timeout)
+            return not self._thread.is_alive()
+        return True
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    @property
+    def exit_code(self) -> int | None:
+        return self.real.exit_code if self.real is not None else self._exit_code
+
+    @property
+    def status(self) -> RunState:
+        return self.real.status if self.real is not None else RunState()
+
+    def elapsed_s(self) -> float:
+        return self.real.elapsed_s() if self.real is not None else 0.0
 
 
 class FolderSource(RunSource):

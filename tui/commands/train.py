@@ -119,6 +119,14 @@ def check_ranks(config: TrainConfig) -> None:
     check_port(config.port)
 
 
+def config_needs_torch_check(config: TrainConfig) -> bool:
+    """Whether resolving the device can fail: a CUDA device, or bf16 on one. auto and cpu always
+    resolve (auto falls back to cpu), so they leave `import torch` to the trainer thread and the
+    dashboard's frame comes up first (issue 18: startup)."""
+    device = config.device.strip().lower()
+    return device.startswith("cuda") or (config.amp == "bf16" and device != "cpu")
+
+
 def run(args: argparse.Namespace) -> int:
     terminal = sys.stdin.isatty() and sys.stdout.isatty() and sys.stderr.isatty()
     if not args.headless and not terminal:  # Textual draws on stderr: all three must be TTYs
@@ -129,7 +137,8 @@ def run(args: argparse.Namespace) -> int:
                          f"got {args.log_every}")
     try:
         config = config_from_args(args)
-        config.resolve()  # the device and amp mode exist here (imports torch)
+        if config_needs_torch_check(config) or config.nproc > 1:
+            config.resolve()  # the device and amp mode exist here (imports torch)
         if config.nproc > 1:
             check_ranks(config)
     except ValueError as exc:

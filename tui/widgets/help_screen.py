@@ -1,11 +1,18 @@
-"""The `?` screen: what each counter means, and the tutorial's warnings about reading them."""
+"""The `?` screen: what each counter means, and the tutorial's warnings about reading them.
+
+Opening it must not stall the UI thread (issue 18: layout and compositing of the old screen cost
+25-35 ms a frame, up to 450 ms under load): the screen is opaque, so the dashboard below is
+neither composited under it nor repainted through it at every 2 Hz tick; its text is one
+pre-built Static, not a widget per paragraph; and the app builds it once and re-pushes the same
+instance (tui/app_actions.py), so an open is a repaint, not a compose and a layout.
+"""
 
 from __future__ import annotations
 
-from rich.table import Table
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
+from textual.markup import escape
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
@@ -27,13 +34,21 @@ KEYS = (
 )
 
 
-def keys_table() -> Table:
-    table = Table.grid(padding=(0, 2))
-    table.add_column(style="bold", no_wrap=True)
-    table.add_column()
-    for key, text in KEYS:
-        table.add_row(key, text)
-    return table
+def keys_markup() -> str:
+    """The keys as aligned lines (a rich Table would be re-rendered by every layout pass)."""
+    width = max(len(key) for key, _ in KEYS) + 2
+    return "\n".join(f"[b]{key}[/b]{' ' * (width - len(key))}{text}" for key, text in KEYS)
+
+
+def help_markup(device_type: str, counters: str | None) -> str:
+    """The whole help text as one markup string, paragraphs separated by blank lines."""
+    paragraphs = ["[b]Keys[/b]\n" + keys_markup()]
+    if counters:
+        paragraphs.append("counters read from: " + escape(counters))
+    paragraphs += CUDA_COUNTERS if device_type == "cuda" else CPU_COUNTERS
+    paragraphs += COMMON
+    paragraphs.append(hints_text(device_type))
+    return "\n\n".join(paragraphs)
 
 
 # One entry per paragraph: Textual wraps them to the terminal's width.
@@ -105,7 +120,7 @@ def hints_text(device_type: str) -> str:
 
 class HelpScreen(ModalScreen[None]):
     DEFAULT_CSS = """
-    HelpScreen { align: center middle; }
+    HelpScreen { align: center middle; background: $background; }
     HelpScreen > VerticalScroll {
         width: 100%;
         max-width: 104;
@@ -115,8 +130,7 @@ class HelpScreen(ModalScreen[None]):
         background: $surface;
         padding: 0 1;
     }
-    HelpScreen Static { width: 1fr; margin-top: 1; }
-    HelpScreen Static.keys { margin-top: 0; }
+    HelpScreen Static { width: 1fr; }
     """
 
     BINDINGS = [
@@ -131,18 +145,11 @@ class HelpScreen(ModalScreen[None]):
         self.counters = counters
 
     def compose(self) -> ComposeResult:
-        counters = CUDA_COUNTERS if self.device_type == "cuda" else CPU_COUNTERS
         with VerticalScroll(id="help-body") as body:
             body.border_title = "memtop help (esc or ? closes, arrows scroll)"
-            yield Static("[b]Keys[/b]")
-            yield Static(keys_table(), classes="keys")
-            if self.counters:
-                yield Static(f"counters read from: {self.counters}", markup=False)
-            for text in (*counters, *COMMON):
-                yield Static(text)
-            yield Static(hints_text(self.device_type))
+            yield Static(help_markup(self.device_type, self.counters), id="help-text")
 
-    def on_mount(self) -> None:
+    def on_screen_resume(self) -> None:
         self.query_one("#help-body").focus()
 
     def action_close(self) -> None:
