@@ -162,6 +162,14 @@ class DeferredTrainer:
     def alive(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
+    def abandon(self, reason: str) -> bool:
+        """As Trainer.abandon (seal metrics.jsonl, kill the analysis child); before the trainer
+        is built there is no file to seal, and the stop request keeps it from starting."""
+        if self.real is not None:
+            return bool(self.real.abandon(reason))
+        self.control.stop(reason)
+        return True
+
     @property
     def exit_code(self) -> int | None:
         return self.real.exit_code if self.real is not None else self._exit_code
