@@ -8,7 +8,7 @@ from typing import Any
 from probes.units import format_bytes, format_rate
 
 
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+def pipe_table(header: list[str], rows: list[list[str]]) -> list[str]:
     """A pipe table padded to column width: it reads in a terminal as it renders on GitHub."""
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=True)]
 
@@ -46,7 +46,7 @@ def run_rows(runs: list[dict[str, Any]]) -> list[str]:
              format_bytes(r["peak_allocated_bytes"]), format_bytes(r["peak_reserved_bytes"]),
              format_bytes(r["driver_peak_bytes"]), str(r["skipped_steps"]),
              _loss(r["final_loss"])] for i, r in enumerate(runs)]
-    return _table(header, rows)
+    return pipe_table(header, rows)
 
 
 def _agreement_lines(loss: dict[str, Any]) -> list[str]:

@@ -8,8 +8,10 @@ from collections.abc import Sequence
 
 def line_chart(series: Sequence[tuple[str, Sequence[float], Sequence[float]]], *, title: str,
                xlabel: str, ylabel: str, width: int = 78, height: int = 20,
-               color: bool = False, markers: Sequence[str] | None = None) -> str:
-    """``series``: (label, xs, ys) each; returns the chart as text."""
+               color: bool = False, markers: Sequence[str] | None = None,
+               points: Sequence[bool] | None = None) -> str:
+    """``series``: (label, xs, ys) each; ``points[i]``: draw series i as unjoined points
+    (measurements) rather than a line. Returns the chart as text."""
     import plotext as plt
 
     plt.clear_figure()
@@ -19,7 +21,8 @@ def line_chart(series: Sequence[tuple[str, Sequence[float], Sequence[float]]], *
         if not xs:
             continue
         marker = markers[i % len(markers)] if markers else "braille"
-        plt.plot(list(xs), list(ys), label=label, marker=marker)
+        draw = plt.scatter if points and points[i % len(points)] else plt.plot
+        draw(list(xs), list(ys), label=label, marker=marker)
     plt.title(title)
     plt.xlabel(xlabel)
     plt.ylabel(ylabel)
@@ -37,3 +40,46 @@ def loss_chart(curves: list[dict], color: bool = False, width: int = 78) -> str:
               for i, c in enumerate(curves)]
     return line_chart(series, title="loss per step", xlabel="step", ylabel="loss",
                       color=color, width=width, markers=["dot", "x", "+", "o"])
+
+
+def sweep_charts(data: dict, color: bool = False, width: int = 78) -> list[tuple[str, str]]:
+    """Peak allocated vs T per series, measured points with the fitted a + b·T + c·T² drawn
+    through them (explicit and sdpa on the same axes when both were swept); tokens/s vs T."""
+    from probes.sweep import OK, series_label, varied
+
+    rows = [r for r in data["cells"] if r["status"] == OK]
+    if not rows:
+        return []
+    axes = varied(data["cells"])
+    peak_series: list[tuple[str, list[float], list[float]]] = []
+    tps_series: list[tuple[str, list[float], list[float]]] = []
+    marks: list[str] = []
+    measured: list[bool] = []
+    for i, f in enumerate(data["fits"]):
+        cells = sorted((r for r in rows if (r["attention"], r["amp"], r["dim"], r["layers"],
+                                            r["batch_size"]) == (f["attention"], f["amp"],
+                                                                 f["dim"], f["layers"],
+                                                                 f["batch_size"])),
+                       key=lambda r: r["seq_len"])
+        label = series_label(f, axes)
+        ts = [r["seq_len"] for r in cells]
+        peak_series.append((label, ts, [r["peak_allocated_bytes"] / 2**20 for r in cells]))
+        marks.append("ox+*#@%&"[i % 8])
+        measured.append(True)
+        if f["c"] is not None:
+            lo, hi = min(ts), max(ts)
+            dense = [lo + (hi - lo) * i / 40 for i in range(41)]
+            peak_series.append((f"{label} fit", dense,
+                                [(f["a"] + f["b"] * t + f["c"] * t * t) / 2**20 for t in dense]))
+            marks.append("dot")
+            measured.append(False)
+        tps = [(r["seq_len"], r["tokens_per_s_p50"]) for r in cells
+               if r.get("tokens_per_s_p50") is not None]
+        tps_series.append((label, [t for t, _ in tps], [v for _, v in tps]))
+    peak = line_chart(peak_series, title="peak allocated (MiB) vs T: measured and fitted "
+                      "a + b·T + c·T²", xlabel="T (tokens per sequence)", ylabel="MiB",
+                      color=color, width=width, height=24, markers=marks,
+                      points=measured)
+    tps = line_chart(tps_series, title="tokens/s p50 vs T", xlabel="T", ylabel="tokens/s",
+                     color=color, width=width, height=16, markers=["o", "x", "+", "*"])
+    return [("Peak allocated vs T", peak), ("Tokens/s vs T", tps)]
