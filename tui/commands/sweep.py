@@ -99,9 +99,9 @@ def plan_from_args(args: argparse.Namespace) -> SweepPlan:
                              steps=args.warmup_steps + args.steps,
                              warmup_steps=args.warmup_steps, seed=args.seed,
                              max_memory_bytes=args.max_memory)
-    config.resolve()  # the device and each amp mode exist here
-    for amp in axes["amp"]:
-        TrainConfig(device=args.device, amp=amp).resolve()
+    if config.device.strip().lower() != "cpu":  # cpu is always here; else import torch, ask
+        for amp in axes["amp"]:
+            TrainConfig(device=args.device, amp=amp).resolve()
     return SweepPlan(cells=cells, device=args.device,
                      warmup_steps=args.warmup_steps, steps=args.steps, heads=args.heads,
                      block_size=block, seed=args.seed, max_memory_bytes=args.max_memory,
