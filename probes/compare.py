@@ -26,7 +26,7 @@ from probes.runfolder import (
 )
 from probes.runstate import RunState
 
-IGNORED_VARIABLES = ("run_dir",)  # where a run was written says nothing about the experiment
+IGNORED_VARIABLES = ("run_dir", "baseline")  # where it was written, what it compares with
 MODEL_KEYS = ("layers", "heads", "dim")  # a different model needs --force to be compared
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_MAX_ROWS = 5000  # longer runs are thinned evenly before resampling

@@ -245,6 +245,10 @@ def _build_report(run_dir: Path) -> dict[str, Any]:
         "ledger_events": len(ledgers),
         "rows": {"steps": len(steps), "events": len(events), "unreadable": rows["bad"]},
     }
+    if isinstance(config.get("baseline"), str) and config["baseline"]:
+        from probes.baseline import report_section
+
+        report["baseline"] = report_section(config["baseline"], run_dir)
     report["finding"] = finding(report)
     return report
 

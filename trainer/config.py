@@ -104,6 +104,7 @@ class TrainConfig:
     leak_stop_at: int | None = None  # and stop (fix) it at this step
     max_memory_bytes: int | None = None  # stop cleanly before the watched counter passes this
     run_dir: str = "runs"  # where runs/<timestamp>-<id>/ folders are created
+    baseline: str | None = None  # a run folder to compare with: live deltas, report section
 
     def __post_init__(self) -> None:
         positive = ("batch_size", "seq_len", "block_size", "layers", "heads", "dim",

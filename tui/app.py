@@ -23,6 +23,7 @@ from textual.containers import Grid, Horizontal, Vertical
 from textual.widgets import Footer
 
 from probes import records as R
+from probes.baseline import BaselineWatch
 from probes.records import Event, Record, StepSample
 from probes.ring import Ring
 from probes.runstate import RunState
@@ -41,6 +42,7 @@ from tui.format import (
 from tui.format_panels import counter_pane
 from tui.run_end import RunEnd
 from tui.sources import FolderSource, RunSource, TrainerSource
+from tui.widgets.baseline_bar import BaselineBar
 from tui.widgets.error_banner import ErrorBanner
 from tui.widgets.header import MemtopHeader
 from tui.widgets.leak_banner import LeakBanner
@@ -98,6 +100,11 @@ class MemtopApp(AppActions, App[int]):
         self._gc_frozen = False
         self._alert_panes: dict[str, str] = {}  # counter -> pane id
         self._loop: asyncio.AbstractEventLoop | None = None  # set on mount; for other threads
+        self.baseline: BaselineWatch | None = None  # `--baseline RUN`, from config.json
+        if isinstance(self.config.get("baseline"), str) and self.config["baseline"]:
+            warmup = self.config.get("warmup_steps")
+            self.baseline = BaselineWatch(self.config["baseline"],
+                                          warmup if isinstance(warmup, int) else 0)
         self._init_actions()
 
     @classmethod
@@ -154,6 +161,7 @@ class MemtopApp(AppActions, App[int]):
             with Vertical(id="side"):
                 yield TopOpsTable(id="ops")
                 yield LedgerPane(id="ledger")
+        yield BaselineBar(id="baseline")
         yield StatusLine(id="status")
         yield Footer(compact=True)
 
@@ -168,6 +176,7 @@ class MemtopApp(AppActions, App[int]):
         self.chart = self.query_one(MemoryChart)
         self.ops_table = self.query_one(TopOpsTable)
         self.ledger = self.query_one(LedgerPane)
+        self.baseline_bar = self.query_one(BaselineBar)
         # Python-level print()/warnings while the app runs: Textual captures and drops them;
         # keep them in the run's stderr.log (fd 2 while run_dashboard owns the terminal).
         self.begin_capture_print(self, stdout=True, stderr=True)
@@ -210,6 +219,7 @@ class MemtopApp(AppActions, App[int]):
         self.redraw_chart(force=False)
         self.update_header()
         self.update_status()
+        self.update_baseline()
         self.leak_banner.tick()
         self._check_failed()
         self._maybe_freeze_gc()
@@ -237,6 +247,23 @@ class MemtopApp(AppActions, App[int]):
         if label != self.panes["tokens"].label:
             self.panes["tokens"].relabel(label, label)
         self.chart.add_points(samples)
+        if self.baseline is not None:
+            for s in samples:
+                self.baseline.push(s)
+
+    def update_baseline(self) -> None:
+        """The `--baseline RUN` line (tutorial exercise 8), when the run names one."""
+        from tui.format_panels import baseline_text
+
+        watch = self.baseline
+        if watch is None:
+            return
+        if watch.base is None:
+            self.baseline_bar.show(f"{watch.error}")
+            return
+        now, change = watch.now()
+        width = (self.baseline_bar.size.width or self.size.width or 80) - 2
+        self.baseline_bar.show(baseline_text(watch.name, watch.base, now, change, width))
 
     def redraw_chart(self, force: bool = True) -> None:
         """Bring the chart up to date (every ~5 s on the timer; at once for a screenshot)."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from trainer.config import AMP_MODES, ATTENTION_KINDS, LEAK_KINDS, TrainConfig
 from tui.commands.argtypes import UsageError, default_of, int_arg, size_arg
@@ -53,6 +54,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="headless: print one line every N steps")
     _opt(g, "--run-dir", "run_dir", "folder in which a fresh <timestamp>-<id>/ run folder "
          "is made", metavar="DIR")
+    _opt(g, "--baseline", "baseline", "a run folder to compare with: deltas live on the "
+         "dashboard, a comparison in the report", metavar="RUN")
     add_model_options(p)
     g = p.add_argument_group("training")
     g.add_argument("--steps", type=int_arg, default=None, metavar="N",
@@ -98,6 +101,20 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     return TrainConfig(**values)
 
 
+def check_baseline(config: TrainConfig) -> None:
+    """--baseline must be a readable run folder; stored absolute, so the report finds it."""
+    if config.baseline is None:
+        return
+    from probes.baseline import load_baseline
+    from probes.runfolder import RunFolderError
+
+    try:
+        load_baseline(config.baseline)
+    except RunFolderError as exc:
+        raise UsageError(f"memtop train: --baseline: {exc}") from None
+    config.baseline = str(Path(config.baseline).resolve())
+
+
 def run(args: argparse.Namespace) -> int:
     terminal = sys.stdin.isatty() and sys.stdout.isatty() and sys.stderr.isatty()
     if not args.headless and not terminal:  # Textual draws on stderr: all three must be TTYs
@@ -108,6 +125,7 @@ def run(args: argparse.Namespace) -> int:
                          f"got {args.log_every}")
     try:
         config = config_from_args(args)
+        check_baseline(config)  # before torch is imported: bad input answers at once
         config.resolve()  # the device and amp mode exist here (imports torch)
     except ValueError as exc:
         raise UsageError(f"memtop train: {exc}") from None
