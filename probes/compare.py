@@ -66,6 +66,7 @@ class RunFigures:
     driver_peak_bytes: int | None
     skipped_steps: int
     losses: dict[int, float] = field(default_factory=dict)  # step -> finite loss
+    windows: list[dict[str, Any]] = field(default_factory=list)  # profiler windows taken
 
     @property
     def name(self) -> str:
@@ -140,7 +141,50 @@ def load_run(path: str | Path) -> RunFigures:
         peak_reserved_bytes=_max(after_reset, "reserved_bytes"),
         driver_peak_bytes=_max(steps, "driver_used_bytes"),
         skipped_steps=skipped if isinstance(skipped, int) and skipped >= 0 else 0,
-        losses=losses)
+        losses=losses, windows=profile_windows(rows.events, steps, run_dir))
+
+
+def profile_windows(events: list[dict[str, Any]], steps: list[dict[str, Any]],
+                    run_dir: Path) -> list[dict[str, Any]]:
+    """Each profiler window: its options, the step times of its active steps (the last one
+    also exports the trace), the export and analysis seconds, and the trace's size on disk:
+    what record_shapes / profile_memory cost (tutorial exercise 5)."""
+    by_step = {r["step"]: r for r in steps}
+    out: list[dict[str, Any]] = []
+    for e in events:
+        name = e.get("event")
+        if name == R.PROFILE_STARTED and isinstance(e.get("step"), int):
+            first = e["step"] + int(e.get("wait") or 0) + int(e.get("warmup") or 0)
+            active = range(first, first + int(e.get("active") or 1))
+            trace = run_dir / str(e.get("dir")) / "trace.json"
+            out.append({"step": e["step"], "dir": e.get("dir"),
+                        "record_shapes": bool(e.get("record_shapes")),
+                        "profile_memory": bool(e.get("profile_memory")),
+                        "active_step_ms": [v for s in active if s in by_step
+                                           and (v := finite_num(by_step[s].get("step_ms")))
+                                           is not None],
+                        "export_s": None, "analysis_s": None,
+                        "trace_bytes": trace.stat().st_size if trace.is_file() else None})
+        elif name in (R.PROFILE_ANALYSING, R.PROFILE_DONE) and out:
+            w = next((w for w in reversed(out) if w["dir"] == e.get("dir")), out[-1])
+            key = "export_s" if name == R.PROFILE_ANALYSING else "analysis_s"
+            w[key] = finite_num(e.get(key))
+    return out
+
+
+def _windows_summary(run: RunFigures) -> dict[str, Any] | None:
+    if not run.windows:
+        return None
+    ms = [v for w in run.windows for v in w["active_step_ms"]]
+
+    def total(key: str) -> float | None:
+        vals = [w[key] for w in run.windows if w[key] is not None]
+        return sum(vals) if vals else None
+
+    return {"windows": len(run.windows),
+            "record_shapes": sorted({w["record_shapes"] for w in run.windows}),
+            "active_step_ms": band(ms), "export_s": total("export_s"),
+            "analysis_s": total("analysis_s"), "trace_bytes": total("trace_bytes")}
 
 
 # ---- the rules ---------------------------------------------------------------------------------
@@ -282,7 +326,13 @@ def compare_figures(a: RunFigures, b: RunFigures,
         "skipped_steps": {"a": a.skipped_steps, "b": b.skipped_steps},
         "loss": loss_agreement(a.losses, b.losses, tolerance),
         "precision_check": None,
+        "profiler": None,
     }
+    if a.windows or b.windows:
+        wa, wb = _windows_summary(a), _windows_summary(b)
+        out["profiler"] = {"a": wa, "b": wb, "active_step_ms": median_ratio(
+            [v for w in a.windows for v in w["active_step_ms"]],
+            [v for w in b.windows for v in w["active_step_ms"]])}
     amp_a, amp_b = a.variables.get("amp"), b.variables.get("amp")
     if amp_a != amp_b:
         out["precision_check"] = {

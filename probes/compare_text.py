@@ -96,7 +96,34 @@ def comparison_lines(c: dict[str, Any], base: str) -> list[str]:
         out.extend("  " + line for line in _agreement_lines(pc["agreement"]))
     else:
         out.extend(_agreement_lines(c["loss"]))
+    if c.get("profiler"):
+        out.extend(profiler_lines(c["profiler"]))
     return out + [""]
+
+
+def profiler_lines(p: dict[str, Any]) -> list[str]:
+    """Profiler windows side by side: what record_shapes / profile_memory cost (exercise 5)."""
+    out = ["- Profiler windows (active steps; the last one also writes the trace):"]
+    for side, label in (("a", "A"), ("b", "B")):
+        w = p[side]
+        if w is None:
+            out.append(f"  - {label}: no window")
+            continue
+        shapes = "/".join("on" if x else "off" for x in w["record_shapes"])
+        out.append(f"  - {label}: {w['windows']} window(s), record_shapes {shapes}; active step "
+                   f"ms {_band(w['active_step_ms'], _ms)}; export "
+                   f"{_secs(w['export_s'])}, analysis {_secs(w['analysis_s'])}, trace "
+                   f"{format_bytes(w['trace_bytes'])}")
+    if p["active_step_ms"] is not None:
+        from probes.compare import speed_verdict
+
+        out.append("  - active step time: " + speed_verdict(p["active_step_ms"],
+                                                            higher_is_better=False))
+    return out
+
+
+def _secs(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.2f} s"
 
 
 def render_markdown(result: dict[str, Any], charts: list[tuple[str, str]] | None = None) -> str:

@@ -165,3 +165,31 @@ def test_real_fp32_and_bf16_runs_agree(tiny_config, tmp_path):
     check = c["precision_check"]
     assert check is not None and check["finite"] == {"a": True, "b": True}
     assert check["agreement"]["agree"] is True and check["agreement"]["common_steps"] == 25
+
+
+def test_profiler_windows_are_compared(tmp_path):
+    """Exercise 5's measurement: two runs whose one change is record_shapes, each with a
+    window; the active steps, export/analysis seconds and trace sizes are set side by side."""
+    runs = []
+    for name, shapes, trace in (("a", False, 1000), ("b", True, 3000)):
+        run = make_run(tmp_path / name, profile_record_shapes=shapes)
+        (run / "profiles" / "step-5").mkdir(parents=True)
+        (run / "profiles" / "step-5" / "trace.json").write_bytes(b"x" * trace)
+        rows = (run / "metrics.jsonl").read_text().splitlines()
+        events = [Event(R.PROFILE_STARTED, 5, 0.1, {"wait": 1, "warmup": 1, "active": 3,
+                                                    "record_shapes": shapes,
+                                                    "dir": "profiles/step-5"}),
+                  Event(R.PROFILE_ANALYSING, 9, 0.2, {"dir": "profiles/step-5",
+                                                      "export_s": 0.1 * (1 + shapes)}),
+                  Event(R.PROFILE_DONE, 12, 0.3, {"dir": "profiles/step-5", "analysis_s": 0.5,
+                                                  "top_ops": []})]
+        rows[6:6] = [json_line(e.to_json()) for e in events]
+        (run / "metrics.jsonl").write_text("\n".join(rows) + "\n")
+        runs.append(run)
+    fa = load_run(runs[0])
+    assert fa.windows[0]["active_step_ms"] and len(fa.windows[0]["active_step_ms"]) == 3
+    c = compare_runs(runs)["comparisons"][0]
+    assert [x["name"] for x in c["changed"]] == ["profile_record_shapes"]
+    p = c["profiler"]
+    assert p["a"]["trace_bytes"] == 1000 and p["b"]["trace_bytes"] == 3000
+    assert p["b"]["export_s"] == pytest.approx(0.2) and p["b"]["record_shapes"] == [True]
