@@ -157,3 +157,36 @@ def test_real_sweep_interrupted_keeps_finished_cells(tmp_path):
     assert data["not_run"] == [rest["cell"]] and data["interrupted"] is True
     assert second.parent.is_dir()  # the partial cell's run folder is kept
     assert "1 cell(s) not run" in text
+
+
+def test_charts_draw_explicit_and_sdpa_on_the_same_axes(tmp_path):
+    from tui.charts import sweep_charts
+
+    rows = []
+    for attention, c in (("explicit", 50.0), ("sdpa", 0.0)):
+        for t in (64, 128, 256):
+            rows.append({"cell": f"{attention}-{t}", "attention": attention, "amp": "off",
+                         "dim": 32, "layers": 1, "batch_size": 4, "seq_len": t, "status": OK,
+                         "peak_allocated_bytes": 1e8 + 1e4 * t + c * t * t,
+                         "tokens_per_s_p50": 1000.0, "step_ms_p50": 5.0, "step_ms_p95": 6.0,
+                         "wall_s": 1.0})
+    data = write_outputs(tmp_path, {"command": "memtop sweep"}, rows)
+    charts = dict(sweep_charts(data))
+    peak = charts["Peak allocated vs T"]
+    assert "B=4 explicit" in peak and "B=4 sdpa" in peak and "B=4 explicit fit" in peak
+    md = (tmp_path / "sweep.md").read_text()
+    assert "B=4 explicit: the c·T² share grows with T" in md
+
+
+def test_eta_predicts_the_cells_left_from_their_size():
+    import io
+
+    from tui.sweep_runner import Progress
+
+    cells = grid({"batch_size": [1, 4], "seq_len": [64, 256], "attention": ["explicit"],
+                  "amp": ["off"], "dim": [32], "layers": [1]})
+    progress = Progress(cells, io.StringIO(), tty=False)
+    assert progress.eta_s(0) is None  # nothing to go on before the first cell
+    progress.walls = [10 + 0.01 * c.batch_size * c.seq_len for c in cells[:2]]
+    left = sum(10 + 0.01 * c.batch_size * c.seq_len for c in cells[2:])
+    assert progress.eta_s(2) == pytest.approx(left)

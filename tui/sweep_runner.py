@@ -65,17 +65,28 @@ class SweepPlan:
 class Progress:
     """A bar redrawn in place on a terminal; one line per finished cell everywhere."""
 
-    def __init__(self, total: int, out: TextIO, tty: bool) -> None:
-        self.total, self.out, self.tty = total, out, tty
+    def __init__(self, cells: list[Cell], out: TextIO, tty: bool) -> None:
+        self.cells, self.total, self.out, self.tty = cells, len(cells), out, tty
         self.t0 = time.monotonic()
         self.walls: list[float] = []
         self.current: str = ""
         self.cell_t0 = self.t0
 
     def eta_s(self, done: int) -> float | None:
+        """The cells left, each predicted by wall = s0 + k·B·T fitted on the finished ones
+        (start-up plus work per token); the mean wall until two sizes have run."""
         if not self.walls:
             return None
-        return sum(self.walls) / len(self.walls) * (self.total - done)
+        sizes = [c.batch_size * c.seq_len for c in self.cells[:len(self.walls)]]
+        left = [c.batch_size * c.seq_len for c in self.cells[done:]]
+        mean_x, mean_y = sum(sizes) / len(sizes), sum(self.walls) / len(self.walls)
+        var = sum((x - mean_x) ** 2 for x in sizes)
+        if var == 0:
+            return mean_y * len(left)
+        k = sum((x - mean_x) * (y - mean_y) for x, y in zip(sizes, self.walls, strict=True))
+        k = max(0.0, k / var)
+        s0 = max(0.0, mean_y - k * mean_x)
+        return sum(s0 + k * x for x in left)
 
     def _bar(self, done: int) -> str:
         width = 20
@@ -154,7 +165,7 @@ def run_sweep(plan: SweepPlan, out: TextIO | None = None, tty: bool | None = Non
     gives the [(title, text)] charts for the markdown and the terminal."""
     out = out or sys.stdout
     tty = out.isatty() if tty is None else tty
-    progress = Progress(len(plan.cells), out, tty)
+    progress = Progress(plan.cells, out, tty)
     rows: list[dict] = []
     interrupted = False
     meta = plan.meta()
