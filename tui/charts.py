@@ -51,35 +51,30 @@ def sweep_charts(data: dict, color: bool = False, width: int = 78) -> list[tuple
     if not rows:
         return []
     axes = varied(data["cells"])
-    peak_series: list[tuple[str, list[float], list[float]]] = []
+    fitted: list[tuple[str, list[float], list[float]]] = []  # drawn first: points on top
+    points: list[tuple[str, list[float], list[float]]] = []
     tps_series: list[tuple[str, list[float], list[float]]] = []
-    marks: list[str] = []
-    measured: list[bool] = []
-    for i, f in enumerate(data["fits"]):
+    for f in data["fits"]:
+        key = (f["attention"], f["amp"], f["dim"], f["layers"], f["batch_size"])
         cells = sorted((r for r in rows if (r["attention"], r["amp"], r["dim"], r["layers"],
-                                            r["batch_size"]) == (f["attention"], f["amp"],
-                                                                 f["dim"], f["layers"],
-                                                                 f["batch_size"])),
+                                            r["batch_size"]) == key),
                        key=lambda r: r["seq_len"])
         label = series_label(f, axes)
         ts = [r["seq_len"] for r in cells]
-        peak_series.append((label, ts, [r["peak_allocated_bytes"] / 2**20 for r in cells]))
-        marks.append("ox+*#@%&"[i % 8])
-        measured.append(True)
+        points.append((label, ts, [r["peak_allocated_bytes"] / 2**20 for r in cells]))
         if f["c"] is not None:
             lo, hi = min(ts), max(ts)
-            dense = [lo + (hi - lo) * i / 40 for i in range(41)]
-            peak_series.append((f"{label} fit", dense,
-                                [(f["a"] + f["b"] * t + f["c"] * t * t) / 2**20 for t in dense]))
-            marks.append("dot")
-            measured.append(False)
+            dense = [lo + (hi - lo) * k / 40 for k in range(41)]
+            fitted.append((f"{label} fit", dense,
+                           [(f["a"] + f["b"] * t + f["c"] * t * t) / 2**20 for t in dense]))
         tps = [(r["seq_len"], r["tokens_per_s_p50"]) for r in cells
                if r.get("tokens_per_s_p50") is not None]
         tps_series.append((label, [t for t, _ in tps], [v for _, v in tps]))
-    peak = line_chart(peak_series, title="peak allocated (MiB) vs T: measured and fitted "
-                      "a + b·T + c·T²", xlabel="T (tokens per sequence)", ylabel="MiB",
-                      color=color, width=width, height=24, markers=marks,
-                      points=measured)
+    marks = ["dot"] * len(fitted) + ["ox+*#@%&"[k % 8] for k in range(len(points))]
+    peak = line_chart(fitted + points, title="peak allocated (MiB) vs T: marks measured, "
+                      "dots fitted a+b·T+c·T²", xlabel="T (tokens per sequence)",
+                      ylabel="MiB", color=color, width=width, height=24, markers=marks,
+                      points=[False] * len(fitted) + [True] * len(points))
     tps = line_chart(tps_series, title="tokens/s p50 vs T", xlabel="T", ylabel="tokens/s",
                      color=color, width=width, height=16, markers=["o", "x", "+", "*"])
     return [("Peak allocated vs T", peak), ("Tokens/s vs T", tps)]
