@@ -38,15 +38,21 @@ def _loss(v: float | None) -> str:
 
 
 def run_rows(runs: list[dict[str, Any]]) -> list[str]:
-    header = ["run", "outcome", "steps", "amp", "tokens/s p50 [p25-p75]", "step ms p50 [band]",
-              "p95 ms", "peak alloc", "peak resv", "driver peak", "skipped", "final loss"]
-    rows = [[Path(r["run_dir"]).name + (" (A)" if i == 0 else ""), r["outcome"], str(r["steps"]),
-             str(r["amp"] or "n/a"), _band(r["tokens_per_s"], format_rate),
-             _band(r["step_ms"], _ms), _ms(r["step_ms_p95"]),
-             format_bytes(r["peak_allocated_bytes"]), format_bytes(r["peak_reserved_bytes"]),
-             format_bytes(r["driver_peak_bytes"]), str(r["skipped_steps"]),
-             _loss(r["final_loss"])] for i, r in enumerate(runs)]
-    return pipe_table(header, rows)
+    """One column per run (A first), one row per figure: fits 80 columns for a few runs."""
+    tags = [f"{'A' if i == 0 else chr(ord('A') + i)}: {Path(r['run_dir']).name}"
+            for i, r in enumerate(runs)]
+    figures = [
+        ("outcome", lambda r: r["outcome"]), ("steps", lambda r: str(r["steps"])),
+        ("amp", lambda r: str(r["amp"] or "n/a")),
+        ("tokens/s p50 [p25-p75]", lambda r: _band(r["tokens_per_s"], format_rate)),
+        ("step ms p50 [p25-p75]", lambda r: _band(r["step_ms"], _ms)),
+        ("step ms p95", lambda r: _ms(r["step_ms_p95"])),
+        ("peak allocated", lambda r: format_bytes(r["peak_allocated_bytes"])),
+        ("peak reserved", lambda r: format_bytes(r["peak_reserved_bytes"])),
+        ("driver peak", lambda r: format_bytes(r["driver_peak_bytes"])),
+        ("skipped steps", lambda r: str(r["skipped_steps"])),
+        ("final loss", lambda r: _loss(r["final_loss"]))]
+    return pipe_table(["", *tags], [[name, *(f(r) for r in runs)] for name, f in figures])
 
 
 def _agreement_lines(loss: dict[str, Any]) -> list[str]:

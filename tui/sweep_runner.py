@@ -21,6 +21,7 @@ from typing import TextIO
 
 from probes.sweep import OK, Cell, cell_result, not_run_row, write_outputs
 from probes.units import format_bytes, format_rate
+from tui.commands.argtypes import say_all
 from tui.format import format_clock
 
 CHILD_STOP_WAIT_S = 60.0  # after Ctrl-C: how long the cell in flight may take to stop
@@ -140,7 +141,7 @@ def _wait_child(proc: subprocess.Popen, progress: Progress, done: int) -> int:
             proc.send_signal(signal.SIGINT)  # stops at its next step boundary, run_finished
         try:
             proc.wait(timeout=CHILD_STOP_WAIT_S)
-        except subprocess.TimeoutExpired:
+        except (subprocess.TimeoutExpired, KeyboardInterrupt):  # too slow, or Ctrl-C again
             proc.kill()
             proc.wait()
         raise
@@ -169,7 +170,7 @@ def run_sweep(plan: SweepPlan, out: TextIO | None = None, tty: bool | None = Non
     rows: list[dict] = []
     interrupted = False
     meta = plan.meta()
-    print(f"memtop: sweep folder {plan.folder} ({len(plan.cells)} cells)", file=out, flush=True)
+    progress._write(f"memtop: sweep folder {plan.folder} ({len(plan.cells)} cells)\n")
     try:
         for i, cell in enumerate(plan.cells):
             rows.append(_run_cell(plan, cell, i, progress))
@@ -195,10 +196,13 @@ def run_sweep(plan: SweepPlan, out: TextIO | None = None, tty: bool | None = Non
     from probes.sweep import render_markdown
 
     text = render_markdown(data, charts(data, tty) if callable(charts) else [])
-    print(text, file=out, end="", flush=True)
-    print(f"memtop: wrote {plan.folder}/sweep.md, sweep.json and sweep.csv in "
-          f"{format_clock(final['wall_s'])}", file=out, flush=True)
+    text += (f"memtop: wrote {plan.folder}/sweep.md, sweep.json and sweep.csv in "
+             f"{format_clock(final['wall_s'])}\n")
     if interrupted:
-        print(f"memtop: interrupted; {len(data['not_run'])} cell(s) not run: "
-              + ", ".join(data["not_run"]), file=out, flush=True)
+        text += (f"memtop: interrupted; {len(data['not_run'])} cell(s) not run: "
+                 + ", ".join(data["not_run"]) + "\n")
+    if out is sys.stdout:
+        say_all(text)  # `| head` ends the output, not the sweep's exit status
+    else:
+        out.write(text)
     return (EXIT_SIGINT if interrupted else 0), data

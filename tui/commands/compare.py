@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tui.commands.argtypes import UsageError
+from tui.commands.argtypes import UsageError, say_all
 
 EXIT_GATE = 1
 
@@ -82,8 +82,7 @@ def run(args: argparse.Namespace) -> int:
                          f"{exc.strerror or exc}") from None
     color = sys.stdout.isatty()
     terminal = render_markdown(result, [("Loss curves", loss_chart(curves, color=color))])
-    print(terminal, end="")
-    print(f"memtop: wrote {out_dir / 'compare.md'} and compare.json")
+    say_all(terminal + f"memtop: wrote {out_dir / 'compare.md'} and compare.json\n")
     for line in failures:
         print(f"memtop compare: FAIL: {line}", file=sys.stderr)
     return EXIT_GATE if failures else 0
