@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from probes import records as R
+from probes.compare_windows import profile_windows, windows_summary
 from probes.records import finite_num, record_from_json
 from probes.report import _steps_for_stats, percentile
 from probes.runfolder import (
@@ -37,8 +38,10 @@ NOISE_RULE = ("median over the measured steps (after warmup, profiler-window ste
               f"with a 95% bootstrap interval ({BOOTSTRAP_RESAMPLES} resamples of the per-step "
               "rows); a change is measurable only when the interval excludes 1 and B's median "
               "lies outside A's p25-p75 band, otherwise it is called \"no measurable "
-              "difference\". The interval is the noise within each run: repeat the baseline "
-              "(compare A with a second A) to see the run-to-run noise of a shared machine.")
+              "difference\". The interval is the noise within each run; a repeated "
+              "baseline (a run with nothing changed, given after A) measures the "
+              "run-to-run noise of a shared machine, and a change no larger than it is "
+              "also called no measurable difference.")
 
 
 class CompareError(RunFolderError):
@@ -142,49 +145,6 @@ def load_run(path: str | Path) -> RunFigures:
         driver_peak_bytes=_max(steps, "driver_used_bytes"),
         skipped_steps=skipped if isinstance(skipped, int) and skipped >= 0 else 0,
         losses=losses, windows=profile_windows(rows.events, steps, run_dir))
-
-
-def profile_windows(events: list[dict[str, Any]], steps: list[dict[str, Any]],
-                    run_dir: Path) -> list[dict[str, Any]]:
-    """Each profiler window: its options, the step times of its active steps (the last one
-    also exports the trace), the export and analysis seconds, and the trace's size on disk:
-    what record_shapes / profile_memory cost (tutorial exercise 5)."""
-    by_step = {r["step"]: r for r in steps}
-    out: list[dict[str, Any]] = []
-    for e in events:
-        name = e.get("event")
-        if name == R.PROFILE_STARTED and isinstance(e.get("step"), int):
-            first = e["step"] + int(e.get("wait") or 0) + int(e.get("warmup") or 0)
-            active = range(first, first + int(e.get("active") or 1))
-            trace = run_dir / str(e.get("dir")) / "trace.json"
-            out.append({"step": e["step"], "dir": e.get("dir"),
-                        "record_shapes": bool(e.get("record_shapes")),
-                        "profile_memory": bool(e.get("profile_memory")),
-                        "active_step_ms": [v for s in active if s in by_step
-                                           and (v := finite_num(by_step[s].get("step_ms")))
-                                           is not None],
-                        "export_s": None, "analysis_s": None,
-                        "trace_bytes": trace.stat().st_size if trace.is_file() else None})
-        elif name in (R.PROFILE_ANALYSING, R.PROFILE_DONE) and out:
-            w = next((w for w in reversed(out) if w["dir"] == e.get("dir")), out[-1])
-            key = "export_s" if name == R.PROFILE_ANALYSING else "analysis_s"
-            w[key] = finite_num(e.get(key))
-    return out
-
-
-def _windows_summary(run: RunFigures) -> dict[str, Any] | None:
-    if not run.windows:
-        return None
-    ms = [v for w in run.windows for v in w["active_step_ms"]]
-
-    def total(key: str) -> float | None:
-        vals = [w[key] for w in run.windows if w[key] is not None]
-        return sum(vals) if vals else None
-
-    return {"windows": len(run.windows),
-            "record_shapes": sorted({w["record_shapes"] for w in run.windows}),
-            "active_step_ms": band(ms), "export_s": total("export_s"),
-            "analysis_s": total("analysis_s"), "trace_bytes": total("trace_bytes")}
 
 
 # ---- the rules ---------------------------------------------------------------------------------
@@ -329,7 +289,7 @@ def compare_figures(a: RunFigures, b: RunFigures,
         "profiler": None,
     }
     if a.windows or b.windows:
-        wa, wb = _windows_summary(a), _windows_summary(b)
+        wa, wb = windows_summary(a.windows), windows_summary(b.windows)
         out["profiler"] = {"a": wa, "b": wb, "active_step_ms": median_ratio(
             [v for w in a.windows for v in w["active_step_ms"]],
             [v for w in b.windows for v in w["active_step_ms"]])}
@@ -358,8 +318,9 @@ def compare_runs(paths: list[str | Path], force: bool = False,
         if diff and not force:
             raise CompareError(f"{base.name} and {other.name} train different models ({diff}); "
                                "pass --force to compare them anyway")
+    comparisons = [compare_figures(base, r, tolerance) for r in runs[1:]]
     return {"baseline": base.headline(), "runs": [r.headline() for r in runs[1:]],
-            "comparisons": [compare_figures(base, r, tolerance) for r in runs[1:]],
+            "comparisons": comparisons, "run_to_run_noise": apply_run_to_run_noise(comparisons),
             "noise_rule": NOISE_RULE, "loss_tolerance": tolerance,
             "loss_curves": [loss_curve(r) for r in runs]}
 
@@ -370,6 +331,30 @@ def loss_curve(run: RunFigures, points: int = 400) -> dict[str, Any]:
     stride = max(1, math.ceil(len(steps) / points))
     kept = steps[::stride]
     return {"run": run.name, "steps": kept, "loss": [run.losses[s] for s in kept]}
+
+
+def apply_run_to_run_noise(comparisons: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """A repeated baseline (a run with nothing changed: A/A) measures the run-to-run noise that
+    the per-step interval cannot see. A change no larger than the A/A difference is then
+    called no measurable difference either. None when no A/A run was given."""
+    aa = [c for c in comparisons if not c["changed"]]
+    if not aa:
+        return None
+    floor: dict[str, Any] = {"from": [Path(c["run"]).name for c in aa]}
+    for key, better in (("tokens_per_s", True), ("step_ms", False)):
+        devs = [abs(c[key]["ratio"] - 1) for c in aa if c[key] is not None]
+        floor[key] = max(devs) if devs else None
+        for c in comparisons:
+            change = c[key]
+            if c in aa or change is None or floor[key] is None:
+                continue
+            change["within_run_to_run_noise"] = abs(change["ratio"] - 1) <= floor[key]
+            if change["within_run_to_run_noise"] and change["measurable"]:
+                change["measurable"] = False
+            c[f"{key}_verdict"] = speed_verdict(change, better) + (
+                f" (A/A run-to-run noise ±{floor[key]:.1%})"
+                if change["within_run_to_run_noise"] else "")
+    return floor
 
 
 def gate(result: dict[str, Any], slower_pct: float | None,

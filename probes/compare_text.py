@@ -137,6 +137,14 @@ def render_markdown(result: dict[str, Any], charts: list[tuple[str, str]] | None
     base = Path(result["baseline"]["run_dir"]).name
     lines = ["# memtop compare", "", f"Baseline (A): {result['baseline']['run_dir']}", ""]
     lines += run_rows([result["baseline"], *result["runs"]]) + [""]
+    noise = result.get("run_to_run_noise")
+    if noise:
+        parts = [f"{label} ±{noise[k]:.1%}" for label, k in (("tokens/s", "tokens_per_s"),
+                                                             ("step time", "step_ms"))
+                 if noise.get(k) is not None]
+        lines += [f"Run-to-run noise from the repeated baseline ({', '.join(noise['from'])}): "
+                  f"{', '.join(parts)}; a change within it is called no measurable "
+                  "difference.", ""]
     for c in result["comparisons"]:
         lines += comparison_lines(c, base)
     for title, text in charts or []:

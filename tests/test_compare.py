@@ -193,3 +193,19 @@ def test_profiler_windows_are_compared(tmp_path):
     p = c["profiler"]
     assert p["a"]["trace_bytes"] == 1000 and p["b"]["trace_bytes"] == 3000
     assert p["b"]["export_s"] == pytest.approx(0.2) and p["b"]["record_shapes"] == [True]
+
+
+def test_a_repeated_baseline_sets_the_run_to_run_noise_floor(tmp_path):
+    a = make_run(tmp_path / "a")
+    a2 = make_run(tmp_path / "a2", step_ms=12.0, seed=1)  # nothing changed, yet 20% slower
+    b = make_run(tmp_path / "b", amp="bf16", step_ms=11.0, seed=2)
+    alone = compare_runs([a, b])["comparisons"][0]
+    assert alone["tokens_per_s"]["measurable"]  # within-run noise alone calls it a change
+    result = compare_runs([a, a2, b])
+    noise = result["run_to_run_noise"]
+    assert noise["from"] == ["a2"]
+    assert noise["tokens_per_s"] == pytest.approx(1 - 1 / 1.2, abs=0.03)  # a2: 1/1.2 of A's
+    c = result["comparisons"][1]
+    assert not c["tokens_per_s"]["measurable"] and c["tokens_per_s"]["within_run_to_run_noise"]
+    assert "A/A run-to-run noise" in c["tokens_per_s_verdict"]
+    assert compare_runs([a, b])["run_to_run_noise"] is None
