@@ -23,6 +23,7 @@ from probes.units import format_bytes, format_rate
 SWEEP_VERSION = 1
 AXES = ("batch_size", "seq_len", "attention", "amp", "dim", "layers")
 OK, OOM, FAILED, NOT_RUN = "ok", "oom", "failed", "not run"
+NEGLIGIBLE_SHARE = 0.005  # a c·T² share below this at every T is called no T² term
 _OOM_TEXT = ("out of memory", "can't allocate memory", "cannot allocate memory")
 CSV_FIELDS = ("cell", *AXES, "status", "peak_allocated_bytes", "peak_reserved_bytes",
               "tokens_per_s_p50", "step_ms_p50", "step_ms_p95", "wall_s", "reason", "run_dir")
@@ -256,9 +257,16 @@ def render_markdown(data: dict[str, Any], charts: list[tuple[str, str]] | None =
         lines += fit_lines(data["fits"], axes_varied) + [""]
         for f in data["fits"]:
             grows = share_grows(f)
-            if grows is not None:
-                lines.append(f"- {series_label(f, axes_varied)}: the c·T² share "
-                             f"{'grows' if grows else 'does not grow'} with T")
+            top = max((v for v in f["t2_share"].values() if v is not None), default=None)
+            if grows is None or top is None:
+                continue
+            label = series_label(f, axes_varied)
+            if abs(top) < NEGLIGIBLE_SHARE:
+                lines.append(f"- {label}: no T² term (the c·T² share stays under "
+                             f"{NEGLIGIBLE_SHARE:.1%})")
+            else:
+                lines.append(f"- {label}: the c·T² share {'grows' if grows else 'does not grow'}"
+                             f" with T, to {top:.1%}")
         lines += ["", "c·T² share = c·T² / (a + b·T + c·T²) at each T. With explicit "
                   "attention the B×heads×T×T scores are the T² term; sdpa does not store "
                   "them.", ""]

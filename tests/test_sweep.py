@@ -175,7 +175,8 @@ def test_charts_draw_explicit_and_sdpa_on_the_same_axes(tmp_path):
     peak = charts["Peak allocated vs T"]
     assert "B=4 explicit" in peak and "B=4 sdpa" in peak and "B=4 explicit fit" in peak
     md = (tmp_path / "sweep.md").read_text()
-    assert "B=4 explicit: the c·T² share grows with T" in md
+    assert "B=4 explicit: the c·T² share grows with T, to 3.1%" in md
+    assert "B=4 sdpa: no T² term" in md
 
 
 def test_eta_predicts_the_cells_left_from_their_size():
