@@ -354,6 +354,10 @@ def _build_report(run_dir: Path) -> dict[str, Any]:
         "metrics_file": metrics.name,
         "ranks": ranks,
     }
+    if isinstance(config.get("baseline"), str) and config["baseline"]:
+        from probes.baseline import report_section
+
+        report["baseline"] = report_section(config["baseline"], run_dir)
     report["finding"] = finding(report)
     return report
 

@@ -298,6 +298,8 @@ def render_markdown(r: dict[str, Any]) -> str:
                      right={0, 3, 4, 5}), ""] + hints + [""]
     else:
         md += ["None recorded.", ""]
+    if r.get("baseline"):
+        md += baseline_lines(r["baseline"])
     if r["status"]["errors"]:
         md += ["## Errors", ""]
         md += [f"- step {e['step']}: {e['type']}: {e['message']}" for e in r["status"]["errors"]]
@@ -321,3 +323,15 @@ def _input_text(inp: dict[str, Any]) -> str:
                 if inp.get(k)]
     return (", ".join(per_step) or "not reported by the loop (steps/s shown)") + \
         f", {inp['param_dtype']} weights"
+
+
+def baseline_lines(b: dict[str, Any]) -> list[str]:
+    """The comparison with `--baseline RUN` (tutorial exercise 8), as `memtop compare` words it."""
+    from probes.compare_text import comparison_lines
+
+    if b.get("error"):
+        return ["## Against the baseline", "", f"Baseline {b['run']}: not compared ({b['error']})",
+                ""]
+    lines = comparison_lines(b["comparison"], b["run"])
+    lines[0] = f"## Against the baseline {b['run']}"
+    return lines + [f"Noise rule: {b['noise_rule']}", ""]

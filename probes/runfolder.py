@@ -116,6 +116,15 @@ def check_run_folder(path: str | os.PathLike[str]) -> Path:
     return path
 
 
+def read_config(run_dir: Path) -> dict[str, Any]:
+    """config.json as written (any memtop version, any machine); {} when absent or junk."""
+    try:
+        data = json.loads((Path(run_dir) / CONFIG).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 def find_runs(root: str | os.PathLike[str]) -> list[Path]:
     """Run folders directly under ``root``, oldest first (names start with their start time)."""
     root = Path(root)

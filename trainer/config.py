@@ -124,6 +124,7 @@ class TrainConfig:
     nproc: int = 1  # ranks on this machine under torch.distributed.run (DDP); 1 = no DDP
     port: int = 0  # rendezvous port for --nproc > 1; 0 = a free one (torchrun --standalone)
     save_weights: bool = True  # weights.pt in the run folder at the end (memtop infer reads it)
+    baseline: str | None = None  # a run folder to compare with: live deltas, report section
 
     def __post_init__(self) -> None:
         positive = ("batch_size", "seq_len", "block_size", "layers", "heads", "dim",

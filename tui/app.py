@@ -22,6 +22,7 @@ from textual.binding import Binding
 from textual.containers import Grid, Horizontal, Vertical
 
 from probes import records as R
+from probes.baseline import BaselineWatch
 from probes.records import Event, Record, StepSample, switches_text
 from probes.ring import Ring
 from probes.runstate import RunState
@@ -43,6 +44,7 @@ from tui.format_panels import counter_pane
 from tui.run_end import RunEnd
 from tui.sources import DeferredTrainer, FolderSource, RunSource, TrainerSource
 from tui.widgets.admission_line import AdmissionLine
+from tui.widgets.baseline_bar import BaselineBar
 from tui.widgets.error_banner import ErrorBanner
 from tui.widgets.footer import MemtopFooter
 from tui.widgets.header import MemtopHeader
@@ -113,6 +115,11 @@ class MemtopApp(RanksView, AppActions, App[int]):
         self.views = VIEWS + (("ranks",) if self.ranks_mode else ())
         self._failure_shown = False
         self.view = "ranks" if self.ranks_mode else "chart"
+        self.baseline: BaselineWatch | None = None  # `--baseline RUN`, from config.json
+        if isinstance(self.config.get("baseline"), str) and self.config["baseline"]:
+            warmup = self.config.get("warmup_steps")
+            self.baseline = BaselineWatch(self.config["baseline"],
+                                          warmup if isinstance(warmup, int) else 0)
         self._init_actions()
 
     @classmethod
@@ -207,6 +214,7 @@ class MemtopApp(RanksView, AppActions, App[int]):
             with Vertical(id="side"):
                 yield TopOpsTable(id="ops")
                 yield LedgerPane(id="ledger")
+        yield BaselineBar(id="baseline")
         yield StatusLine(id="status")
         yield MemtopFooter(compact=True)
 
@@ -225,6 +233,7 @@ class MemtopApp(RanksView, AppActions, App[int]):
         self.infer_panes: list[Any] = list(self.query(KvCachePane)) + list(
             self.query(PhaseThroughputPane))
         self.admission = next(iter(self.query(AdmissionLine)), None)
+        self.baseline_bar = self.query_one(BaselineBar)
         # Python-level print()/warnings while the app runs: Textual captures and drops them;
         # keep them in the run's stderr.log (fd 2 while run_dashboard owns the terminal).
         self.begin_capture_print(self, stdout=True, stderr=True)
@@ -274,6 +283,7 @@ class MemtopApp(RanksView, AppActions, App[int]):
         self.redraw_chart(force=False)
         self.update_header()
         self.update_status()
+        self.update_baseline()
         self.leak_banner.tick()
         self._check_failed()
         self._maybe_freeze_gc()
@@ -316,6 +326,23 @@ class MemtopApp(RanksView, AppActions, App[int]):
         self.chart.add_points(samples)
         for infer_pane in self.infer_panes:
             infer_pane.push(samples)
+        if self.baseline is not None:
+            for s in samples:
+                self.baseline.push(s)
+
+    def update_baseline(self) -> None:
+        """The `--baseline RUN` line (tutorial exercise 8), when the run names one."""
+        from tui.format_panels import baseline_text
+
+        watch = self.baseline
+        if watch is None:
+            return
+        if watch.base is None:
+            self.baseline_bar.show(f"{watch.error}")
+            return
+        now, change = watch.now()
+        width = (self.baseline_bar.size.width or self.size.width or 80) - 2
+        self.baseline_bar.show(baseline_text(watch.name, watch.base, now, change, width))
 
     def redraw_chart(self, force: bool = True) -> None:
         """Bring the chart up to date (every ~5 s on the timer; at once for a screenshot)."""

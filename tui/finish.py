@@ -21,4 +21,27 @@ def finish_run(run_dir: Path, out: TextIO | None) -> Path | None:
     if out is not None:
         with contextlib.suppress(OSError):  # a closed pipe must not hide that the report exists
             print(f"memtop: report {path}", file=out, flush=True)
+            for line in baseline_summary(path.with_name("report.json")):
+                print(line, file=out, flush=True)
     return path
+
+
+def baseline_summary(report_json: Path) -> list[str]:
+    """With --baseline: the speed and peak verdicts, one line each (the report has the rest)."""
+    import json
+
+    try:
+        section = json.loads(report_json.read_text(encoding="utf-8")).get("baseline")
+    except (OSError, ValueError, AttributeError):
+        return []
+    if not isinstance(section, dict):
+        return []
+    if section.get("error"):
+        return [f"memtop: baseline not compared: {section['error']}"]
+    c = section.get("comparison") or {}
+    peak = ((c.get("peaks") or {}).get("peak_allocated_bytes") or {}).get("ratio")
+    lines = [f"memtop: vs baseline {Path(str(section.get('run'))).name}: tokens/s "
+             f"{c.get('tokens_per_s_verdict')}"]
+    if peak is not None:
+        lines.append(f"memtop: vs baseline: peak allocated {(peak - 1) * 100:+.1f}%")
+    return lines

@@ -199,3 +199,25 @@ def byte_unit(max_bytes: float) -> tuple[str, float]:
         if max_bytes >= div:
             return unit, float(div)
     return "B", 1.0
+
+
+# ---- the baseline line ----------------------------------------------------------------------
+def baseline_text(name: str, base: dict[str, Any], now: dict[str, Any],
+                  change: dict[str, Any], width: int = 80) -> str:
+    """'vs baseline NAME: tok/s 4.3k (+27%) │ step p50 14.8 ms (-22%) │ peak 112 MiB (-1%)'.
+
+    Before the first measured step the baseline's own figures are shown instead."""
+    from probes.units import format_rate
+    from tui.format import fit, format_ms
+
+    fmt = {"tokens_per_s": ("tok/s", format_rate), "step_ms": ("step p50", format_ms),
+           "peak_allocated_bytes": ("peak", format_bytes)}
+    parts = []
+    for key, (label, f) in fmt.items():
+        if now.get(key) is None:
+            parts.append(f"{label} {f(base.get(key))} (base)")
+        elif change.get(key) is None:
+            parts.append(f"{label} {f(now[key])}")
+        else:
+            parts.append(f"{label} {f(now[key])} ({change[key] * 100:+.0f}%)")
+    return fit(f"vs baseline {name}: " + " │ ".join(parts), width)

@@ -10,7 +10,6 @@ Trainer itself. docs/ARCHITECTURE.md draws the picture.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import threading
 from pathlib import Path
@@ -23,10 +22,10 @@ from probes.ranks import agree_step
 from probes.records import Record, StepSample, record_from_json
 from probes.ring import Ring
 from probes.runfolder import (
-    CONFIG,
     Follower,
     check_run_folder,
     metrics_files,
+    read_config,
     read_history,
     socket_name,
 )
@@ -188,7 +187,7 @@ class FolderSource(RunSource):
     def __init__(self, run_dir: str | os.PathLike[str], keep_last: int = 512,
                  chart_points: int = 512, expected_ranks: int | None = None) -> None:
         self.run_dir = check_run_folder(run_dir)
-        self.config = _read_config(self.run_dir)
+        self.config = read_config(self.run_dir)
         nproc = self.config.get("nproc")
         # ranks whose files may still appear (they start at different times)
         self.expected_ranks = expected_ranks or (nproc if isinstance(nproc, int) else 1)
@@ -374,12 +373,3 @@ def _records(rows: list[dict[str, Any]]) -> list[Record]:
         with contextlib.suppress(ValueError):
             out.append(record_from_json(row))
     return out
-
-
-def _read_config(run_dir: Path) -> dict[str, Any]:
-    """config.json as written (any memtop version, any machine); {} when absent or junk."""
-    try:
-        data = json.loads((run_dir / CONFIG).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}

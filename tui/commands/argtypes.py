@@ -61,3 +61,17 @@ def default_of(cls: type, name: str) -> Any:
             if f.default_factory is not dataclasses.MISSING:
                 return f.default_factory()
     raise KeyError(name)
+
+
+def say_all(text: str) -> None:
+    """Print to stdout; a reader that went away (`| head`) ends the output, not the command."""
+    import os
+    import sys
+
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)  # so the exit flush prints no traceback
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)

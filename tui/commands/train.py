@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from trainer.config import AMP_MODES, ATTENTION_KINDS, LEAK_KINDS, TrainConfig
 from tui.commands.argtypes import UsageError, default_of, int_arg, size_arg
@@ -55,6 +56,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
          "is made", metavar="DIR")
     _opt(g, "--no-save-weights", "save_weights", "do not write weights.pt into the run "
          "folder at the end (memtop infer --weights RUN reads it)", action="store_false")
+    _opt(g, "--baseline", "baseline", "a run folder to compare with: deltas live on the "
+         "dashboard, a comparison in the report", metavar="RUN")
     g = p.add_argument_group("several ranks (DDP through torch.distributed.run)")
     _opt(g, "--nproc", "nproc", "ranks on this machine: one per GPU on CUDA, gloo on CPU",
          type=int_arg)
@@ -127,6 +130,20 @@ def config_needs_torch_check(config: TrainConfig) -> bool:
     return device.startswith("cuda") or (config.amp == "bf16" and device != "cpu")
 
 
+def check_baseline(config: TrainConfig) -> None:
+    """--baseline must be a readable run folder; stored absolute, so the report finds it."""
+    if config.baseline is None:
+        return
+    from probes.baseline import load_baseline
+    from probes.runfolder import RunFolderError
+
+    try:
+        load_baseline(config.baseline)
+    except RunFolderError as exc:
+        raise UsageError(f"memtop train: --baseline: {exc}") from None
+    config.baseline = str(Path(config.baseline).resolve())
+
+
 def run(args: argparse.Namespace) -> int:
     terminal = sys.stdin.isatty() and sys.stdout.isatty() and sys.stderr.isatty()
     if not args.headless and not terminal:  # Textual draws on stderr: all three must be TTYs
@@ -137,6 +154,7 @@ def run(args: argparse.Namespace) -> int:
                          f"got {args.log_every}")
     try:
         config = config_from_args(args)
+        check_baseline(config)  # before torch is imported: bad input answers at once
         if config_needs_torch_check(config) or config.nproc > 1:
             config.resolve()  # the device and amp mode exist here (imports torch)
         if config.nproc > 1:

@@ -1,0 +1,80 @@
+"""Line charts as text with plotext, for the terminal (colours when it is one) and for the
+markdown files of `memtop compare` and `memtop sweep` (no colours)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+def line_chart(series: Sequence[tuple[str, Sequence[float], Sequence[float]]], *, title: str,
+               xlabel: str, ylabel: str, width: int = 78, height: int = 20,
+               color: bool = False, markers: Sequence[str] | None = None,
+               points: Sequence[bool] | None = None) -> str:
+    """``series``: (label, xs, ys) each; ``points[i]``: draw series i as unjoined points
+    (measurements) rather than a line. Returns the chart as text."""
+    import plotext as plt
+
+    plt.clear_figure()
+    plt.plotsize(width, height)
+    plt.theme("clear" if not color else "pro")
+    for i, (label, xs, ys) in enumerate(series):
+        if not xs:
+            continue
+        marker = markers[i % len(markers)] if markers else "braille"
+        draw = plt.scatter if points and points[i % len(points)] else plt.plot
+        draw(list(xs), list(ys), label=label, marker=marker)
+    plt.title(title)
+    plt.xlabel(xlabel)
+    plt.ylabel(ylabel)
+    text = plt.build()
+    plt.clear_figure()
+    if not color:
+        text = plt.uncolorize(text)
+    return text
+
+
+def loss_chart(curves: list[dict], color: bool = False, width: int = 78) -> str:
+    """The loss curves of compared runs on one chart."""
+    tags = "ABCDEFGH"
+    series = [(f"{tags[i] if i < len(tags) else i}: {c['run']}", c["steps"], c["loss"])
+              for i, c in enumerate(curves)]
+    return line_chart(series, title="loss per step", xlabel="step", ylabel="loss",
+                      color=color, width=width, markers=["dot", "x", "+", "o"])
+
+
+def sweep_charts(data: dict, color: bool = False, width: int = 78) -> list[tuple[str, str]]:
+    """Peak allocated vs T per series, measured points with the fitted a + b·T + c·T² drawn
+    through them (explicit and sdpa on the same axes when both were swept); tokens/s vs T."""
+    from probes.sweep import OK, series_label, varied
+
+    rows = [r for r in data["cells"] if r["status"] == OK]
+    if not rows:
+        return []
+    axes = varied(data["cells"])
+    fitted: list[tuple[str, list[float], list[float]]] = []  # drawn first: points on top
+    points: list[tuple[str, list[float], list[float]]] = []
+    tps_series: list[tuple[str, list[float], list[float]]] = []
+    for f in data["fits"]:
+        key = (f["attention"], f["amp"], f["dim"], f["layers"], f["batch_size"])
+        cells = sorted((r for r in rows if (r["attention"], r["amp"], r["dim"], r["layers"],
+                                            r["batch_size"]) == key),
+                       key=lambda r: r["seq_len"])
+        label = series_label(f, axes)
+        ts = [r["seq_len"] for r in cells]
+        points.append((label, ts, [r["peak_allocated_bytes"] / 2**20 for r in cells]))
+        if f["c"] is not None:
+            lo, hi = min(ts), max(ts)
+            dense = [lo + (hi - lo) * k / 40 for k in range(41)]
+            fitted.append((f"{label} fit", dense,
+                           [(f["a"] + f["b"] * t + f["c"] * t * t) / 2**20 for t in dense]))
+        tps = [(r["seq_len"], r["tokens_per_s_p50"]) for r in cells
+               if r.get("tokens_per_s_p50") is not None]
+        tps_series.append((label, [t for t, _ in tps], [v for _, v in tps]))
+    marks = ["dot"] * len(fitted) + ["ox+*#@%&"[k % 8] for k in range(len(points))]
+    peak = line_chart(fitted + points, title="peak allocated (MiB) vs T: marks measured, "
+                      "dots fitted a+b·T+c·T²", xlabel="T (tokens per sequence)",
+                      ylabel="MiB", color=color, width=width, height=24, markers=marks,
+                      points=[False] * len(fitted) + [True] * len(points))
+    tps = line_chart(tps_series, title="tokens/s p50 vs T", xlabel="T", ylabel="tokens/s",
+                     color=color, width=width, height=16, markers=["o", "x", "+", "*"])
+    return [("Peak allocated vs T", peak), ("Tokens/s vs T", tps)]
