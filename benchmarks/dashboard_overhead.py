@@ -538,10 +538,14 @@ def main() -> None:
                         help="instead: one headless + one dashboard run with gc pauses logged "
                              "and py-spy --gil attached (where the cost goes)")
     parser.add_argument("--spy-seconds", type=int, default=20)
+    parser.add_argument("--amp", choices=("auto", "off", "bf16"), default="auto",
+                        help="off on a CPU without native bf16, where bf16 is ~16× slower")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
+    if args.amp != "auto":
+        SMOKE_ARGS[:] = ["--amp", args.amp]
     if args.smoke:
-        SMOKE_ARGS[:] = TINY
+        SMOKE_ARGS[:] = [*SMOKE_ARGS, *TINY]
         args.no_append = True
     if args.diagnose:
         body = diagnose(args)
@@ -636,7 +640,7 @@ def main() -> None:
         f"the CPU meanwhile: {'; '.join(rejected) or 'none'}. Wall time "
         f"{res['seconds'] / 60:.1f} min.\n"
         f"Command: `python benchmarks/dashboard_overhead.py --pairs {args.pairs} --steps "
-        f"{args.steps} --skip {args.skip} --sizes {args.sizes}`\n\n{table}\n\n"
+        f"{args.steps} --skip {args.skip} --sizes {args.sizes} --amp {args.amp}`\n\n{table}\n\n"
         f"Target dashboard ≥ {TARGET} of headless: {'; '.join(verdicts)}."
     )
     print(machine())

@@ -30,7 +30,7 @@ CUDA-only parts "skip"):
   overhead         benchmarks/overhead.py's plain loop vs headless memtop, 3 interleaved pairs.
   dashboard_svg    MemtopApp (App.run_test, 120x40) over a real CUDA trainer: panes filled,
                    dashboard.svg saved; then p and, when the table arrives, profiler.svg.
-  (issue 12, benchmarks/gpu_check_cuda.py)
+  (benchmarks/gpu_check_cuda.py)
   sample_cost      MemoryProbe.begin_step + read (one nested stats dict) vs the three getters.
   sync_count       set_sync_debug_mode("warn") per step: memtop fp16 + fused AdamW vs plain loops
                    (fused / non-fused) as calibration; step_ms against CUDA events.
@@ -39,7 +39,7 @@ CUDA-only parts "skip"):
   report_ledger    report.json (MFU or why not) and ledger events on CUDA.
   cuda_n           --device cuda:N in a fresh process: no context on cuda:0, NVML by UUID
                    (NOT RUN with one GPU).
-summary.md ends with every claim of issue 12 as PASS / FAIL / NOT RUN. --dry-run runs no check
+summary.md ends with every CUDA claim as PASS / FAIL / NOT RUN. --dry-run runs no check
 and writes that table with every claim NOT RUN (tests/test_gpu_check.py runs it on CPU).
 """
 
@@ -558,7 +558,7 @@ def check_overhead(ctx: Ctx, r: Result) -> None:
             break
         plain.append(in_thread(plain_loop, cfg, warm, steps))
         ours.append(in_thread(memtop_headless, cfg, warm, steps))
-        if ctx.is_cuda:  # the same with --memory-history: what item 1 of issue 12 costs
+        if ctx.is_cuda:  # the same with --memory-history: what allocation history costs
             hist.append(in_thread(memtop_headless, hist_cfg, warm, steps))
             history_left_on.append(history_recording())
     if not r.expect(bool(plain), "no repeat ran"):
@@ -660,7 +660,7 @@ CHECKS: list[tuple[str, Callable[[Ctx, Result], None], float]] = [
     ("overhead", check_overhead, 30),
     ("dashboard_svg", check_dashboard_svg, 30),
 ]
-# What each check proves on a GPU (issue 12), listed in summary.md as PASS / FAIL / NOT RUN.
+# What each check proves on a GPU, listed in summary.md as PASS / FAIL / NOT RUN.
 CLAIMS: dict[str, list[tuple[str, str]]] = {
     "probes_fp16": [
         ("counters_equal_memory_stats", "allocated, reserved, step peak, alloc retries and OOMs "
@@ -736,7 +736,7 @@ def write_summary(ctx: Ctx, results: list[Result], started: float) -> int:
                            *(f"skip: {s}" for s in r.skipped)])
         lines.append(f"| {r.name} | **{r.status}** | {r.summary.replace('|', '/')} | "
                      f"{notes.replace('|', '/')} |")
-    lines += ["", "## Claims (issue 12)", "", "| check | claim | status | detail |",
+    lines += ["", "## Claims", "", "| check | claim | status | detail |",
               "|---|---|---|---|"]
     for check, text, status, detail in claim_rows(results):
         lines.append(f"| {check} | {text.replace('|', '/')} | **{status}** | "

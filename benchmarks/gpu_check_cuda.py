@@ -1,4 +1,4 @@
-"""gpu_check's checks that exist only on CUDA (issue 12): OOM capture, syncs per step, step time
+"""gpu_check's checks that exist only on CUDA: OOM capture, syncs per step, step time
 against CUDA events, per-step sample cost, a run on cuda:N, report and ledger on CUDA.
 
 Each check records claims (PASS / FAIL / NOT RUN) through gpu_check's Result. The pure parts

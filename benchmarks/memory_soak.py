@@ -31,7 +31,7 @@ from dashboard_overhead import TmuxPane, load_avg, memtop_argv, proc_rss_bytes, 
 
 TINY = ["--layers", "1", "--dim", "32", "--heads", "2", "--seq-len", "16", "--batch-size", "4"]
 TARGET_MIB = 5.0  # headless, after its warm-up steps
-DASH_TARGET_MIB = 2.0  # dashboard, after its first --warm-seconds (issue 18: 2 minutes)
+DASH_TARGET_MIB = 2.0  # dashboard, after its first --warm-seconds (its first 2 minutes)
 MIB = 1024 * 1024
 
 

@@ -102,9 +102,11 @@ def main() -> None:
     parser.add_argument("--side", choices=("plain", "headless"),
                         help="run only this side --runs times (for a profiler), no ratio")
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--amp", choices=("auto", "off", "bf16"), default="auto",
+                        help="off on a CPU without native bf16, where bf16 is ~16× slower")
     parser.add_argument("--no-append", action="store_true", help="print only")
     args = parser.parse_args()
-    cfg = TrainConfig(device="cpu", run_dir=tempfile.gettempdir())
+    cfg = TrainConfig(device="cpu", run_dir=tempfile.gettempdir(), amp=args.amp)
     fns = {"plain": lambda: in_thread(plain_loop, cfg, args.warm, args.steps),
            "headless": lambda: in_thread(memtop_headless, cfg, args.warm, args.steps)}
     if args.side:
@@ -137,8 +139,8 @@ def main() -> None:
             f"steps per run, each on a background thread; {args.pairs} rounds of [plain, "
             f"headless, plain'] (odd rounds reversed), A/A = plain'/plain of the same round. "
             f"{load_note(others, args.max_busy)} Wall time {res['seconds'] / 60:.1f} min.\n"
-            f"Command: `python benchmarks/overhead.py --pairs {args.pairs} --steps "
-            f"{args.steps}`\n\n{table}\n\nResult: headless/plain {v}.")
+            f"Command: `python benchmarks/overhead.py --amp {args.amp} --pairs {args.pairs} "
+            f"--steps {args.steps}`\n\n{table}\n\nResult: headless/plain {v}.")
     print(machine())
     print(body)
     if not args.no_append:

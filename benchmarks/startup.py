@@ -10,7 +10,7 @@ metrics.jsonl split the time into: interpreter + imports + app start-up, model b
 step, and the wait for the next 2 Hz refresh. Headless: `python -m tui.cli train --headless
 --steps 2 --log-every 1` as a subprocess, time to the `step      1` line on stdout. Baselines:
 `python -c "import torch"` and the import of every module the dashboard loads (`-X importtime`,
-the heaviest listed). Medians of --repeats runs. Targets (issue 18): the dashboard's frame
+the heaviest listed). Medians of --repeats runs. Targets (benchmarks/README.md): the frame
 (header and empty panes) and headless's first line within 0.6 s of the command, before torch is
 imported; the first sample on screen and headless's first step line no later than the bare
 script's first loss (import torch + one optimizer step: the floor) + 0.2 s.

@@ -41,6 +41,22 @@ def tensor_core_problem(amp: str, capability: tuple[int, int] | None) -> str | N
             f"start at sm {need[0]}.{need[1]}")
 
 
+def cpu_flags(cpuinfo: str) -> set[str]:
+    """The feature flags of /proc/cpuinfo's first processor (empty when not listed)."""
+    for line in cpuinfo.splitlines():
+        if line.startswith("flags"):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def cpu_bf16_problem(amp: str, flags: set[str]) -> str | None:
+    """Why bf16 autocast is emulated on this CPU, or None (native, not bf16, flags unknown)."""
+    if amp != "bf16" or not flags or flags & {"avx512_bf16", "amx_bf16"}:
+        return None
+    best = "avx512f" if "avx512f" in flags else ("avx2" if "avx2" in flags else "no avx2")
+    return f"this CPU has {best} but neither avx512_bf16 nor amx_bf16"
+
+
 def step_hints(sample: StepSample, synced: bool, warmup: int) -> list[tuple[str, str]]:
     """(hint name, detail) of the per-step pitfalls this sample shows; pure, tested on CPU."""
     out: list[tuple[str, str]] = []
@@ -88,6 +104,16 @@ class HintWatch(StepHook):
         self.ctx.emit(Event(R.HINT, step, self.ctx.elapsed_s(), data))
 
     def end_step(self, step: int, tensors: StepTensors, sample: StepSample) -> None:
+        if not self._checked_start and self.ctx.device.type == "cpu":
+            self._checked_start = True
+            try:
+                with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+                    flags = cpu_flags(fh.read())
+            except OSError:
+                flags = set()  # not Linux: unknown, so no hint
+            problem = cpu_bf16_problem(sample.amp, flags)
+            if problem:
+                self._emit("cpu_bf16_emulated", step, problem)
         if not self._checked_start and self.ctx.device.type == "cuda":
             self._checked_start = True
             try:

@@ -261,7 +261,7 @@ class HintKind:
     """A pitfall from the tutorial (its §7) that memtop can see live; emitted once a run."""
 
     name: str
-    devices: str  # "any" or "cuda": where it can appear
+    devices: str  # "any", "cuda" or "cpu": where it can appear
     title: str  # what was seen, one line
     why: str  # why it matters and what to do
 
@@ -284,6 +284,10 @@ HINTS: tuple[HintKind, ...] = (
     HintKind("amp_without_tensor_cores", "cuda", "this GPU has no tensor cores for the amp "
              "dtype", "fp16 tensor cores need sm 7.0, bf16 sm 8.0; below that autocast saves "
              "memory but runs no faster than fp32 (bf16 is emulated)"),
+    HintKind("cpu_bf16_emulated", "cpu", "bf16 autocast on a CPU without native bf16",
+             "without AVX512-BF16 or AMX the CPU converts every bf16 matmul to fp32 and back: "
+             "the default model trained ~16× slower than in fp32 on such a CPU "
+             "(benchmarks/RESULTS.md). --amp off trains faster; bf16 still halves activations"),
     HintKind("cache_large", "cuda", "reserved ≫ allocated (a large allocator cache)",
              "freed blocks stay cached for reuse; varying shapes leave gaps the next request "
              "cannot use. PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True lets segments grow "

@@ -456,7 +456,7 @@ asyncio.run(main())
 
 def test_deferred_dashboard_frame_is_up_before_torch_is_imported(tmp_path):
     """`memtop train` draws header and panes, "starting", while torch is not yet imported:
-    the trainer thread imports it (issue 18: the frame within 0.6 s, RESULTS.md)."""
+    the trainer thread imports it (benchmarks/RESULTS.md: the frame within 0.6 s, RESULTS.md)."""
     res = subprocess.run([sys.executable, "-c", DEFERRED_FRAME, str(tmp_path)], cwd=ROOT,
                          capture_output=True, text=True, timeout=120,
                          env={**os.environ, "PYTHONPATH": str(ROOT)})

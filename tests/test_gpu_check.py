@@ -1,5 +1,5 @@
-"""benchmarks/gpu_check.py on a machine without a GPU: it imports, its dry run lists every claim
-of issue 12 as NOT RUN, and its pure parts (per-step sync counts, timing agreement, claim table)
+"""benchmarks/gpu_check.py on a machine without a GPU: it imports, its dry run lists every CUDA
+claim as NOT RUN, and its pure parts (per-step sync counts, timing agreement, claim table)
 compute what they say."""
 
 from __future__ import annotations

@@ -10,7 +10,13 @@ import torch
 from conftest import in_thread
 
 from probes import records as R
-from probes.hints import low_precision_share, step_hints, tensor_core_problem
+from probes.hints import (
+    cpu_bf16_problem,
+    cpu_flags,
+    low_precision_share,
+    step_hints,
+    tensor_core_problem,
+)
 from probes.monitor import Monitor
 from probes.records import StepSample
 
@@ -25,7 +31,7 @@ CUDA_SAMPLE = StepSample(step=10, time_s=1.0, loss=2.0, tokens_per_s=1e5, step_m
 def test_every_hint_is_defined_once_with_text():
     names = [h.name for h in R.HINTS]
     assert len(names) == len(set(names)) == len(R.HINT_KINDS)
-    assert all(h.devices in ("any", "cuda") and h.title and h.why for h in R.HINTS)
+    assert all(h.devices in ("any", "cuda", "cpu") and h.title and h.why for h in R.HINTS)
     assert R.HINT in R.EVENT_KINDS
 
 
@@ -49,6 +55,17 @@ def test_tensor_core_and_dtype_checks():
     half = torch.nn.Linear(4, 4).half()
     assert low_precision_share(list(half.parameters())) == 1.0
     assert low_precision_share(list(torch.nn.Linear(4, 4).parameters())) == 0.0
+
+
+def test_cpu_bf16_is_hinted_only_where_it_is_emulated():
+    cpuinfo = "processor\t: 0\nflags\t\t: fpu sse2 avx avx2 fma\nbogomips\t: 4000\n"
+    flags = cpu_flags(cpuinfo)  # a recorded /proc/cpuinfo of an AVX2-only EPYC
+    assert {"avx2", "fma"} <= flags
+    assert "neither avx512_bf16 nor amx_bf16" in cpu_bf16_problem("bf16", flags)
+    assert cpu_bf16_problem("off", flags) is None  # fp32: nothing emulated
+    assert cpu_bf16_problem("bf16", flags | {"avx512f", "avx512_bf16"}) is None
+    assert cpu_bf16_problem("bf16", flags | {"amx_bf16"}) is None
+    assert cpu_bf16_problem("bf16", cpu_flags("model name: ?\n")) is None  # unknown: no guess
 
 
 def _hints(run_dir):

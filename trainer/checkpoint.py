@@ -2,8 +2,8 @@
 
 Saved by `memtop train` at the end of a run (probes/runfolder.py ``weights.pt``), read by
 `memtop infer --weights RUN`. Reading uses ``torch.load(weights_only=True)``: tensors, dicts,
-lists and plain values only, never arbitrary pickled objects (DESIGN.md, "Local only"). The header
-is checked before any tensor is used, so a foreign or mismatched file is refused in one sentence.
+lists and plain values only, never arbitrary pickled objects (docs/ARCHITECTURE.md). The header is
+checked before any tensor is used, so a foreign or mismatched file is refused in one sentence.
 """
 
 from __future__ import annotations

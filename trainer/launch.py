@@ -39,8 +39,8 @@ KILL_GRACE_S = 35.0  # its agent waits 30 s before SIGKILL; then memtop kills it
 
 
 def rank_threads(nproc: int) -> int:
-    """OpenMP threads per rank: the cores this process may use, shared out (DESIGN.md: two
-    ranks with all the threads each slowed each other ~40x on 2 cores)."""
+    """OpenMP threads per rank: the cores this process may use, shared out (two ranks
+    with all the threads each slowed each other ~40x on 2 cores, docs/ARCHITECTURE.md)."""
     try:
         cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):

@@ -145,7 +145,7 @@ class AppActions:
 
     def action_help(self: Any) -> None:
         """One HelpScreen per app, re-pushed (rebuilt only when what it says changed): an open
-        is then a repaint, not a compose and a layout (issue 18: stalls when help opened)."""
+        is then a repaint, not a compose and a layout (benchmarks/RESULTS.md)."""
         if isinstance(self.screen, HelpScreen):
             return
         counters = self.run_state.counters

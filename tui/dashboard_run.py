@@ -33,7 +33,7 @@ class TerminalStream:
     """The terminal as Textual's writer thread sees it: a write that fails (EIO once the tty
     has hung up, EPIPE) marks the terminal lost and calls ``on_lost`` once; every later write
     is dropped. Textual's own writer thread dies on such an error, after which its queue fills
-    and the event loop blocks forever on the next write (DESIGN.md, wave 2)."""
+    and the event loop blocks forever on the next write (docs/ARCHITECTURE.md, measured facts)."""
 
     def __init__(self, raw: TextIO, on_lost: Callable[[], None] | None = None) -> None:
         self._raw = raw

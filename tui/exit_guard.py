@@ -3,7 +3,7 @@
 memtop runs over SSH. When the connection drops (SIGHUP, then EIO on every write to the tty),
 or someone sends SIGTERM, the dashboard asks for the same clean quit as `q`. That path runs on
 the event loop, which may be unable to run it: Textual's writer thread dies on EIO and the loop
-then blocks forever on its full output queue (DESIGN.md, wave 2). So a thread of our own,
+then blocks forever on its full output queue (docs/ARCHITECTURE.md). So a thread of our own,
 started before the app, owns the deadline: by ``deadline_s`` after the first signal the process
 has ended, normally or by this thread (the run folder sealed and its report written first).
 A second SIGTERM/SIGINT cuts the wait to ``hurry_s``. README: "When things go wrong".

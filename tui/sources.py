@@ -116,7 +116,7 @@ class TrainerSource(RunSource):
 
 class DeferredTrainer:
     """`memtop train`'s trainer, built on its own thread: torch is imported there, after the
-    dashboard's frame (header, empty panes, "starting") is on screen (issue 18: startup).
+    dashboard's frame (header, empty panes, "starting") is on screen (benchmarks/RESULTS.md).
 
     Offers what TrainerSource and RunEnd read of a Trainer (trainer/loop.py) from the start:
     control, run_dir, config, start/join/alive, exit_code, status, elapsed_s.

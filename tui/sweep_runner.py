@@ -1,7 +1,7 @@
 """Runs a sweep's cells: each in a fresh child process (`memtop train --headless`), one at a time,
 so no cell's peaks carry the previous cell's allocations and no two torch processes share the
-cores (DESIGN.md: two at once slowed each other ~40×). The child's threads are left as the
-environment sets them: it runs alone.
+cores (two at once slowed each other ~40×, docs/ARCHITECTURE.md). The child's threads are left as
+the environment sets them: it runs alone.
 
 Ctrl-C: the child (in its own session, so the terminal's signal reaches only the sweep) is asked
 to stop at its next step boundary; every finished cell is kept and the rest are listed as not run.

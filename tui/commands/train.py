@@ -125,7 +125,7 @@ def check_ranks(config: TrainConfig) -> None:
 def config_needs_torch_check(config: TrainConfig) -> bool:
     """Whether resolving the device can fail: a CUDA device, or bf16 on one. auto and cpu always
     resolve (auto falls back to cpu), so they leave `import torch` to the trainer thread and the
-    dashboard's frame comes up first (issue 18: startup)."""
+    dashboard's frame comes up first (benchmarks/RESULTS.md: startup)."""
     device = config.device.strip().lower()
     return device.startswith("cuda") or (config.amp == "bf16" and device != "cpu")
 

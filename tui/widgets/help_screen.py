@@ -1,11 +1,10 @@
 """The `?` screen: what each counter means, and the tutorial's warnings about reading them.
 
-Opening it must not stall the UI thread (issue 18: layout and compositing of the old screen cost
-25-35 ms a frame, up to 450 ms under load): the screen is opaque, so the dashboard below is
-neither composited under it nor repainted through it at every 2 Hz tick; its text is one
+Opening it must not stall the UI thread (benchmarks/RESULTS.md: layout and compositing of the old
+screen cost 25-35 ms a frame, up to 450 ms under load): the screen is opaque, so the dashboard below
+is neither composited under it nor repainted through it at every 2 Hz tick; its text is one
 pre-built Static, not a widget per paragraph; and the app builds it once and re-pushes the same
-instance (tui/app_actions.py), so an open is a repaint, not a compose and a layout.
-"""
+instance (tui/app_actions.py), so an open is a repaint, not a compose and a layout. """
 
 from __future__ import annotations
 
@@ -113,7 +112,7 @@ def hints_text(device_type: str) -> str:
     """The live hints (probes/records.py HINTS), those that cannot appear here marked so."""
     lines = ["[b]Live hints[/b] (each shown once a run, and logged as a hint event):"]
     for h in HINTS:
-        where = "" if h.devices == "any" or device_type == "cuda" else " (CUDA only)"
+        where = "" if h.devices in ("any", device_type) else f" ({h.devices.upper()} only)"
         lines.append(f"• [b]{h.title}[/b]{where}: {h.why}")
     return "\n".join(lines)
 

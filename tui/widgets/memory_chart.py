@@ -4,7 +4,7 @@ plotext costs ~30 ms of CPU per build with a few hundred points (docs/ARCHITECTU
 is rebuilt only when the app hands it new data (every few seconds) or its size changes, and never
 with more points than it is wide. A build's cost grows with the canvas (cells), so on a bigger
 terminal the chart is rebuilt less often: CPU per second stays what it is on a 120x40 terminal
-(issue 18: the dashboard must cost the same at every size).
+(benchmarks/RESULTS.md: the dashboard must cost the same at every size).
 """
 
 from __future__ import annotations
