@@ -626,7 +626,8 @@ def main() -> None:
     table = RATIO_HEADER + "\n" + "\n".join(rows) + "\n\n" + "\n".join(cpu_lines)
     body = (
         f"Config: `memtop train` defaults (B={B_DEFAULT}, T={T_DEFAULT}, 4 layers, dim 128, "
-        f"explicit attention, bf16, CPU){' with --smoke: ' + ' '.join(TINY) if args.smoke else ''}"
+        f"explicit attention, amp {args.amp}, CPU)"
+        f"{' with --smoke: ' + ' '.join(TINY) if args.smoke else ''}"
         f", {args.steps} steps per run, tokens/s over steps "
         f"{args.skip}..{args.steps} from metrics.jsonl time_s (tokens ÷ wall time). Dashboard "
         f"refresh {1 / refresh_s:g} Hz (tui/app.py REFRESH_S = {refresh_s}), memory chart "

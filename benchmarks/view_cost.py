@@ -87,6 +87,11 @@ def follow_cost(seconds: float) -> dict[str, float]:
                               cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         run = run_folder(root)
+        t0 = time.monotonic()  # the folder comes first; its files once torch has loaded
+        while not ((run / "config.json").exists() and (run / "metrics.jsonl").exists()):
+            if time.monotonic() - t0 > 120:
+                raise RuntimeError(f"{run} never became a run folder")
+            time.sleep(0.1)
         pane = TmuxPane("follow", 120, 40, [sys.executable, "-m", "tui.cli", "view", str(run)])
         t0 = time.monotonic()
         while "RUNNING" not in pane.capture():
