@@ -4,10 +4,10 @@ Both sides run under torch.distributed.run with gloo on CPU, the same OpenMP thr
 (trainer/launch.py shares the cores out) and the same model, data (seed + rank) and AMP. The
 memtop side is the real launcher (RankLaunch: trainer.rank with every instrument, per-rank
 metrics files, sockets); the plain side is this file's ``--worker`` under torchrun. Launches are
-interleaved A B A B ..., as in benchmarks/overhead.py, and each rank's tokens/s over the timed
-steps is compared with the same rank's on the other side.
+interleaved in rounds [plain, memtop, plain'] with the A/A noise of the same round, as in
+benchmarks/overhead.py (benchmarks/common.py), on the ranks' mean tokens/s over the timed steps.
 
-    python benchmarks/ranks_overhead.py [--repeats 4] [--steps 60] [--warm 10]
+    python benchmarks/ranks_overhead.py [--pairs 7] [--steps 60] [--warm 10] [--model JSON]
 """
 
 from __future__ import annotations
@@ -23,11 +23,21 @@ import threading
 import time
 from pathlib import Path
 
-from common import ROOT, append_results, machine, median
+from common import (
+    RATIO_HEADER,
+    ROOT,
+    append_results,
+    interleaved_pairs,
+    load_note,
+    machine,
+    median,
+    ratio_row,
+)
 
 from trainer.config import TrainConfig
 
 NPROC = 2
+TARGET = 0.99  # as single-process headless vs plain (benchmarks/overhead.py)
 
 
 def worker(out: Path, config: dict, warm: int, steps: int) -> None:
@@ -110,7 +120,9 @@ def memtop_side(cfg: TrainConfig, warm: int, steps: int) -> list[float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=4)
+    parser.add_argument("--pairs", type=int, default=7,
+                        help="rounds [plain, memtop, plain'] (A/A from the same round)")
+    parser.add_argument("--max-busy", type=float, default=0.3)
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--warm", type=int, default=10)
     parser.add_argument("--model", default="",
@@ -125,31 +137,39 @@ def main() -> None:
         return
     cfg = TrainConfig(device="cpu", run_dir=tempfile.gettempdir(),
                       **json.loads(args.model or "{}"))
-    plain: list[list[float]] = []
-    ours: list[list[float]] = []
-    for i in range(args.repeats):
-        plain.append(plain_side(cfg, args.warm, args.steps))
-        ours.append(memtop_side(cfg, args.warm, args.steps))
-        print(f"repeat {i + 1}: plain {[round(v) for v in plain[-1]]} tok/s per rank, "
-              f"memtop {[round(v) for v in ours[-1]]}")
-    lines = ["| rank | plain DDP tok/s (median) | memtop tok/s (median) | ratio of medians | "
-             "paired ratios |", "|---|---|---|---|---|"]
+    per_rank: dict[str, list[list[float]]] = {"plain": [], "memtop": []}
+
+    def side(name: str, fn):
+        def run() -> float:
+            got = fn(cfg, args.warm, args.steps)
+            per_rank[name].append(got)
+            return sum(got) / len(got)  # the ranks' mean tokens/s: one figure per launch
+        return run
+
+    def show(rnd: int, label: str, value: float, others: float) -> None:
+        print(f"round {rnd + 1} {label:>12}: {value:7,.0f} tok/s per rank (others {others:.2f})",
+              flush=True)
+
+    res = interleaved_pairs("plain", {"plain": side("plain", plain_side),
+                                      "memtop": side("memtop", memtop_side)},
+                            args.pairs, on_result=show)
+    others = res["others_cores"]
+    row, _ = ratio_row("memtop --nproc 2 / plain 2-rank DDP, tokens/s per rank",
+                       res["ratios"]["memtop"], res["aa"], TARGET,
+                       sum(others) / len(others), args.max_busy)
+    lines = ["| rank | plain DDP tok/s (median) | memtop tok/s (median) |", "|---|---|---|"]
     for k in range(NPROC):
-        p, o = [r[k] for r in plain], [r[k] for r in ours]
-        pairs = [b / a for a, b in zip(p, o, strict=True)]
-        lines.append(f"| {k} | {median(p):,.0f} | {median(o):,.0f} | "
-                     f"**{median(o) / median(p):.3f}** | "
-                     f"{', '.join(f'{x:.2f}' for x in pairs)} |")
-    table = "\n".join(lines)
-    load = os.getloadavg()[0]
+        p = [r[k] for r in per_rank["plain"]]
+        o = [r[k] for r in per_rank["memtop"]]
+        lines.append(f"| {k} | {median(p):,.0f} | {median(o):,.0f} |")
+    table = f"{RATIO_HEADER}\n{row}\n\n" + "\n".join(lines)
     body = (f"Config: `memtop train` model (B={cfg.batch_size}, T={cfg.seq_len}, "
-            f"{cfg.layers} layers, dim {cfg.dim}, amp {cfg.amp_mode}), {NPROC} gloo ranks on CPU "
+            f"{cfg.layers} layers, dim {cfg.dim}, amp {cfg.amp}), {NPROC} gloo ranks on CPU "
             f"under torch.distributed.run, OpenMP threads shared out; {args.warm} warm-up then "
-            f"{args.steps} timed steps per launch, plain and memtop launches interleaved.\n"
-            f"Command: `python benchmarks/ranks_overhead.py --repeats {args.repeats} --steps "
-            f"{args.steps}" + (f" --model '{args.model}'" if args.model else "") + "`;"
-            f" 1-minute load average at the end: {load:.1f} (a shared machine: "
-            f"read the paired ratios for the noise).\n\n{table}")
+            f"{args.steps} timed steps per launch; {args.pairs} rounds of [plain, memtop, plain'] "
+            f"(odd rounds reversed), A/A = plain'/plain. {load_note(others, args.max_busy)}\n"
+            f"Command: `python benchmarks/ranks_overhead.py --pairs {args.pairs} --steps "
+            f"{args.steps}" + (f" --model '{args.model}'" if args.model else "") + f"`\n\n{table}")
     print(machine())
     print(table)
     if not args.no_append:

@@ -32,7 +32,6 @@ import time
 import traceback
 import weakref
 from collections.abc import Callable, Iterable, Mapping
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -45,10 +44,20 @@ from probes.errors import MonitorArgumentError, MonitorStateError, NonFiniteErro
 from probes.hints import HintWatch
 from probes.hooks import GPTShape, RunContext, StepHook, StepTensors
 from probes.memory import MemoryProbe, guard_trip
+from probes.monitor_setup import (
+    autocast_mode,
+    check_args,
+    default_hooks,
+    driver_label,
+    env_rank,
+    env_world_size,
+    initial_scale,
+    make_folder,
+)
 from probes.nvml import NvmlPoller
 from probes.recorder import RunRecorder, Sink
 from probes.records import Event, StepSample
-from probes.runfolder import RunFolderError, create_run_dir, socket_name
+from probes.runfolder import socket_name
 from probes.stepvalues import StepValues, read_step_values
 from probes.sysinfo import host_ram_bytes, system_info
 
@@ -141,7 +150,7 @@ class Monitor:
                  extra_hooks: Iterable[StepHook] = (), rank: int | None = None,
                  requests: Mapping[str, Callable[[int], None]] | None = None,
                  non_finite: str = "record", memory_history: bool = False) -> None:
-        device = _check_args(model, optimizer, scaler, tokens_per_step, samples_per_step, amp,
+        device = check_args(model, optimizer, scaler, tokens_per_step, samples_per_step, amp,
                              warmup_steps, max_steps)
         if non_finite not in ("record", "fail"):
             raise MonitorArgumentError(f"non_finite must be 'record' or 'fail', got "
@@ -155,7 +164,7 @@ class Monitor:
         self.max_memory_bytes = max_memory_bytes
         self.write_report_at_close = write_report
         self.control = control or RunControl()
-        self.rank = rank if rank is not None else _env_rank()
+        self.rank = rank if rank is not None else env_rank()
         self.step_count = 0
         self.closed = False
         self._in_step: StepScope | None = None
@@ -165,11 +174,11 @@ class Monitor:
         self._boundary_done = 0  # the step whose boundary work is done
         self._prev_watched: dict[str, int | None] | None = None
         self._skipped = 0
-        self._scale = _initial_scale(scaler)
+        self._scale = initial_scale(scaler)
         self._micro = 0
         self.leak_active = False  # set by a loop that runs memtop's leak demo
         if recorder is None:
-            folder = _make_folder(run_dir, run_folder)
+            folder = make_folder(run_dir, run_folder)
             cfg = dict(config or {})
             cfg.setdefault("monitor", {"warmup_steps": warmup_steps, "max_steps": max_steps,
                                        "tokens_per_step": tokens_per_step,
@@ -217,14 +226,14 @@ class Monitor:
             "device": str(device), "device_name": name, "device_total_bytes": total,
             "amp": self._amp, "params": sum(p.numel() for p in model.parameters()),
             "counters": self.memory.counter_source,
-            "driver_counter": _driver_label(device, self.nvml),
+            "driver_counter": driver_label(device, self.nvml),
             "memory_history": self.memory_history,
             "nvml_error": self.nvml.error if self.nvml else None,
             "nvml_match": self.nvml.match if self.nvml else None,
             "mig": self.nvml.is_mig if self.nvml and self.nvml.available else None,
             "tokens_per_step": tokens_per_step, "samples_per_step": samples_per_step,
             "flops_per_token": flops_per_token, "pid": os.getpid(),
-            "world_size": _env_world_size(), "rank": self.rank,
+            "world_size": env_world_size(), "rank": self.rank,
             "socket": self.server.path.name if self.server and not self.server.error else None,
             "socket_error": self.server.error if self.server else "not listening",
             "requests": self._capabilities(), "system": system_info(device)})
@@ -329,7 +338,7 @@ class Monitor:
         self._micro += 1
         self.memory.observe_peak()
         if self._amp == "auto":
-            self._amp = _autocast_mode(self.device) or "off"
+            self._amp = autocast_mode(self.device) or "off"
             self.ctx.amp = self._amp
 
     def _step_began(self, scope: StepScope) -> None:
@@ -504,118 +513,6 @@ class Monitor:
         return {"pid": os.getpid(), "rank": self.rank, "step": self.step_count,
                 "state": st.state, "paused": self.control.paused,
                 "requests": self._capabilities()}
-
-
-# helpers ------------------------------------------------------------------------------------------
-def _check_args(model: Any, optimizer: Any, scaler: Any, tokens: Any, samples: Any, amp: Any,
-                warmup: Any, max_steps: Any) -> torch.device:
-    if not isinstance(model, torch.nn.Module):
-        raise MonitorArgumentError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    if not isinstance(optimizer, torch.optim.Optimizer):
-        raise MonitorArgumentError("optimizer must be a torch.optim.Optimizer, got "
-                                   f"{type(optimizer).__name__}")
-    params = list(model.parameters())
-    if not params:
-        raise MonitorArgumentError("the model has no parameters to train")
-    mine = {id(p) for p in params}
-    theirs = [p for g in optimizer.param_groups for p in g["params"]]
-    if theirs and not any(id(p) in mine for p in theirs):
-        raise MonitorArgumentError("the optimizer updates none of this model's parameters: "
-                                   "pass the optimizer built from model.parameters()")
-    if scaler is not None and not isinstance(scaler, torch.amp.GradScaler):
-        raise MonitorArgumentError(f"scaler must be a torch.amp.GradScaler, got "
-                                   f"{type(scaler).__name__}")
-    for name, value in (("tokens_per_step", tokens), ("samples_per_step", samples)):
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool)
-                                  or value <= 0):
-            raise MonitorArgumentError(f"{name} must be a positive integer, got {value!r}")
-    if amp is not None and amp not in ("off", "bf16", "fp16"):
-        raise MonitorArgumentError(f"amp must be 'off', 'bf16' or 'fp16', got {amp!r}")
-    for name, value in (("warmup_steps", warmup), ("max_steps", max_steps)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise MonitorArgumentError(f"{name} must be zero or a positive integer, got "
-                                       f"{value!r}")
-    return params[0].device
-
-
-def _make_folder(run_dir: Any, run_folder: Any) -> Path:
-    if run_folder is None:
-        return create_run_dir(run_dir)
-    path = Path(run_folder)
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise RunFolderError(f"cannot create run folder {path}: {exc.strerror or exc}") from None
-    if not os.access(path, os.W_OK | os.X_OK):
-        raise RunFolderError(f"run folder {path} is not writable")
-    return path
-
-
-def default_hooks(*, profiler: bool = True, profile_schedule: tuple[int, int, int] = (1, 1, 3),
-                  profile_at: Iterable[int] = (), profile_memory: bool = False,
-                  profile_record_shapes: bool = False, leak_watch: bool = True,
-                  ledger: bool = True, extra: Iterable[StepHook] = ()) -> list[StepHook]:
-    """Profiler window, leak detector, ``extra`` and the memory ledger, in the order they see
-    each step."""
-    hooks: list[StepHook] = []
-    if profiler:
-        from probes.profwindow import ProfilerWindow
-
-        wait, warmup, active = profile_schedule
-        hooks.append(ProfilerWindow(wait, warmup, active, at_steps=list(profile_at),
-                                    profile_memory=profile_memory,
-                                    record_shapes=profile_record_shapes))
-    if leak_watch:
-        from probes.leak import LeakWatch
-
-        hooks.append(LeakWatch())
-    hooks.extend(extra)
-    if ledger:
-        from probes.ledger import Ledger
-
-        hooks.append(Ledger())  # last: sees each step after the others
-    return hooks
-
-
-def _initial_scale(scaler: Any) -> float | None:
-    if scaler is None or not scaler.is_enabled():
-        return None
-    return float(scaler.get_scale())  # the init scale until the first step: no sync
-
-
-def _autocast_mode(device: torch.device) -> str | None:
-    try:
-        if not torch.is_autocast_enabled(device.type):
-            return "off"
-        dtype = torch.get_autocast_dtype(device.type)
-    except (AttributeError, RuntimeError, TypeError):
-        return None
-    return {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(dtype, str(dtype))
-
-
-def _env_rank() -> int | None:
-    """This process's rank when torchrun (or another launcher) started several."""
-    if _env_world_size() > 1:
-        with contextlib.suppress(ValueError):
-            return int(os.environ.get("RANK", "0"))
-    return None
-
-
-def _env_world_size() -> int:
-    try:
-        return max(1, int(os.environ.get("WORLD_SIZE", "1")))
-    except ValueError:
-        return 1
-
-
-def _driver_label(device: torch.device, nvml: NvmlPoller | None) -> str:
-    if device.type != "cuda":
-        return "process RSS (/proc/self/statm)"
-    if nvml is not None and nvml.match.startswith("not matched"):
-        return "n/a (NVML device not matched to the CUDA device; no index is guessed)"
-    if nvml is None or not nvml.available:
-        return "n/a (NVML unavailable)"
-    return "NVML memory of this process (all processes' when the pid is not visible)"
 
 
 _OPEN: weakref.WeakSet[Monitor] = weakref.WeakSet()  # monitors not closed yet

@@ -12,12 +12,10 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-
-from tests.conftest import ROOT, run_cli
+from conftest import ROOT, run_cli, wait_until
 
 TINY_ARGS = ("--device", "cpu", "--layers", "1", "--heads", "2", "--dim", "32", "--seq-len",
              "16", "--block-size", "16", "--batch-size", "2", "--warmup-steps", "2")
@@ -27,14 +25,6 @@ DEADLINE_S = 120.0
 def _rows(path: Path) -> list[dict]:
     """Every line of a metrics file, each required to be a whole JSON object."""
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def _wait(condition, what: str, deadline_s: float = DEADLINE_S) -> None:
-    end = time.monotonic() + deadline_s
-    while not condition():
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
 
 
 def _run_folder(root: Path) -> Path | None:
@@ -126,14 +116,14 @@ def test_profile_window_on_both_ranks_at_one_step_then_sigint_stops_all(tmp_path
 
     proc = _launch(tmp_path)
     try:
-        _wait(lambda: _run_folder(tmp_path / "runs") is not None, "the run folder")
+        wait_until(lambda: _run_folder(tmp_path / "runs") is not None, "the run folder")
         run = _run_folder(tmp_path / "runs")
-        _wait(lambda: all(len(_steps(run, k)) >= 3 for k in (0, 1)), "three steps per rank")
+        wait_until(lambda: all(len(_steps(run, k)) >= 3 for k in (0, 1)), "three steps per rank")
         source = FolderSource(run)
         source.start()
         source.poll()
         assert source.request("profile") is None
-        _wait(lambda: all(_events(run, k, "profile_done") for k in (0, 1)),
+        wait_until(lambda: all(_events(run, k, "profile_done") for k in (0, 1)),
               "the profiler window on both ranks")
         started = [_events(run, k, "profile_started")[0]["step"] for k in (0, 1)]
         assert started[0] == started[1]
@@ -151,7 +141,7 @@ def test_profile_window_on_both_ranks_at_one_step_then_sigint_stops_all(tmp_path
     assert [e["reason"] for e in ends] == ["interrupted (SIGINT)"] * 2
     assert ends[0]["step"] == ends[1]["step"]  # stopped before the same step
     assert (run / "report.md").exists()
-    _wait(lambda: all(_gone(p) for p in pids), "the ranks to be gone", 10)
+    wait_until(lambda: all(_gone(p) for p in pids), "the ranks to be gone", timeout_s=10)
 
 
 def test_a_killed_rank_ends_the_run_and_is_named(tmp_path):
@@ -159,9 +149,9 @@ def test_a_killed_rank_ends_the_run_and_is_named(tmp_path):
 
     proc = _launch(tmp_path)
     try:
-        _wait(lambda: _run_folder(tmp_path / "runs") is not None, "the run folder")
+        wait_until(lambda: _run_folder(tmp_path / "runs") is not None, "the run folder")
         run = _run_folder(tmp_path / "runs")
-        _wait(lambda: all(len(_steps(run, k)) >= 3 for k in (0, 1)), "three steps per rank")
+        wait_until(lambda: all(len(_steps(run, k)) >= 3 for k in (0, 1)), "three steps per rank")
         pids = _pids(run)
         os.kill(pids[1], signal.SIGKILL)
         out, _ = proc.communicate(timeout=DEADLINE_S)
@@ -179,7 +169,7 @@ def test_a_killed_rank_ends_the_run_and_is_named(tmp_path):
     assert not report["complete"]
     listed = run_cli("runs", str(tmp_path / "runs"))
     assert "failed" in listed.stdout and "rank 1" in listed.stdout
-    _wait(lambda: all(_gone(p) for p in pids), "the ranks to be gone", 10)
+    wait_until(lambda: all(_gone(p) for p in pids), "the ranks to be gone", timeout_s=10)
 
 
 @pytest.mark.parametrize("args, words", [

@@ -78,7 +78,11 @@ def test_headless_run_writes_valid_rows_and_loss_falls(tiny_config):
         assert row["peak_allocated_bytes"] >= row["allocated_bytes"]
         assert row["host_rss_bytes"] > 0 and row["driver_used_bytes"] == row["host_rss_bytes"]
         assert row["amp"] == "bf16" and row["device"] == "cpu" and row["scale"] is None
-    assert [e["event"] for e in events] == ["run_started", "weights_saved", "run_finished"]
+    # a hint depends on the machine (bf16 autocast on a CPU without native bf16): allowed, once
+    hints = [e["hint"] for e in events if e["event"] == "hint"]
+    assert hints in ([], ["cpu_bf16_emulated"])
+    assert [e["event"] for e in events if e["event"] != "hint"] == [
+        "run_started", "weights_saved", "run_finished"]
     first = sum(s["loss"] for s in steps[:5]) / 5
     last = sum(s["loss"] for s in steps[-5:]) / 5
     assert last < first - 1.0, (first, last)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from probes.hooks import StepHook
-from probes.monitor import default_hooks
+from probes.monitor_setup import default_hooks
 from trainer.config import TrainConfig
 
 
