@@ -222,7 +222,8 @@ def test_headless_profile_at_writes_files_and_stays_quiet(tmp_path):
     names = [e["event"] for e in events]
     assert names.index("profile_done") < names.index("run_finished")
     if "profile_cancelled" in names:  # the window at 8 opened once the first was analysed
-        assert names[-2:] == ["profile_cancelled", "run_finished"]
+        ending = [n for n in names if n != "weights_saved"]  # saved at the end, either side
+        assert ending[-2:] == ["profile_cancelled", "run_finished"]
         assert not (run_dir / "profiles" / "step-8").exists()
     assert names.count("profile_started") == names.count("profile_cancelled") + 1
 
