@@ -35,6 +35,7 @@ from probes.records import StepSample
 from probes.report import percentile
 from probes.runfolder import socket_name
 from probes.sysinfo import host_ram_bytes, system_info
+from trainer.background import BackgroundRun
 from trainer.data import load_corpus
 from trainer.infer_config import InferConfig, ModelSpec
 from trainer.infer_profile import PhaseProfiler
@@ -43,8 +44,13 @@ from trainer.model import GPT, KVCache, sample_next
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-class InferenceRunner:
+class InferenceRunner(BackgroundRun):
     """Runs the requests on its own thread; same shape as trainer.loop.Trainer."""
+
+    thread_name = "memtop-infer"
+
+    def _thread_main(self) -> object:
+        return self.run()
 
     def __init__(self, config: InferConfig, spec: ModelSpec, run_dir: Path,
                  control: RunControl | None = None, sinks: list[Sink] | None = None,
@@ -77,21 +83,6 @@ class InferenceRunner:
     @property
     def sink_errors(self) -> list[str]:
         return self.recorder.sink_errors
-
-    def start(self) -> threading.Thread:
-        self._thread = threading.Thread(target=self.run, name="memtop-infer", daemon=True)
-        self._thread.start()
-        return self._thread
-
-    def join(self, timeout: float | None = None) -> bool:
-        if self._thread is not None:
-            self._thread.join(timeout)
-            return not self._thread.is_alive()
-        return True
-
-    @property
-    def alive(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
 
     # the run -----------------------------------------------------------------------------------
     def run(self) -> int:

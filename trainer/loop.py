@@ -26,6 +26,7 @@ from probes.monitor import Monitor
 from probes.recorder import RunRecorder
 from probes.records import Record
 from probes.runstate import RunState
+from trainer.background import BackgroundRun
 from trainer.config import TrainConfig, resolve_amp
 from trainer.data import BatchSampler, load_corpus
 from trainer.leaks import LEAK_HINTS, LeakInjector
@@ -44,12 +45,17 @@ def use_fused_adamw(device: torch.device) -> bool:
     return device.type == "cuda"
 
 
-class Trainer:
+class Trainer(BackgroundRun):
     """Builds the model on its own thread and trains it until ``steps`` or a stop request.
 
     ``hooks``: the instruments (trainer/instruments.py build_hooks for memtop's usual set); none
     when not given. ``listen``: open the run's request socket for viewers.
     """
+
+    thread_name = "memtop-trainer"
+
+    def _thread_main(self) -> object:
+        return self.run()
 
     def __init__(self, config: TrainConfig, run_dir: Path, control: RunControl | None = None,
                  sinks: list[Sink] | None = None, hooks: list[StepHook] | None = None,
@@ -93,21 +99,6 @@ class Trainer:
         return self.recorder.elapsed_s()
 
     # thread management -------------------------------------------------------------------------
-    def start(self) -> threading.Thread:
-        self._thread = threading.Thread(target=self.run, name="memtop-trainer", daemon=True)
-        self._thread.start()
-        return self._thread
-
-    def join(self, timeout: float | None = None) -> bool:
-        if self._thread is not None:
-            self._thread.join(timeout)
-            return not self._thread.is_alive()
-        return True
-
-    @property
-    def alive(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
     def abandon(self, reason: str) -> bool:
         """The process leaves while this thread is still busy (a step or the run's end that
         did not finish in time): kill the profiler's analysis child and seal metrics.jsonl

@@ -30,6 +30,7 @@ from probes.runfolder import (
     socket_name,
 )
 from probes.runstate import RunState
+from trainer.background import BackgroundRun
 
 
 class RunSource:
@@ -114,13 +115,18 @@ class TrainerSource(RunSource):
         return f"{self.ring.dropped} records dropped" if self.ring.dropped else None
 
 
-class DeferredTrainer:
+class DeferredTrainer(BackgroundRun):
     """`memtop train`'s trainer, built on its own thread: torch is imported there, after the
     dashboard's frame (header, empty panes, "starting") is on screen (benchmarks/RESULTS.md).
 
     Offers what TrainerSource and RunEnd read of a Trainer (trainer/loop.py) from the start:
     control, run_dir, config, start/join/alive, exit_code, status, elapsed_s.
     """
+
+    thread_name = "memtop-trainer"
+
+    def _thread_main(self) -> object:
+        return self._build_and_run()
 
     def __init__(self, config: Any, run_dir: Path, sinks: list[Any]) -> None:
         self.config = config
@@ -131,12 +137,6 @@ class DeferredTrainer:
         self.build_error: str | None = None
         self._exit_code: int | None = None
         self._thread: threading.Thread | None = None
-
-    def start(self) -> threading.Thread:
-        self._thread = threading.Thread(target=self._build_and_run, name="memtop-trainer",
-                                        daemon=True)
-        self._thread.start()
-        return self._thread
 
     def _build_and_run(self) -> None:
         try:
@@ -150,16 +150,6 @@ class DeferredTrainer:
             self._exit_code = 1
             return
         self.real.run()
-
-    def join(self, timeout: float | None = None) -> bool:
-        if self._thread is not None:
-            self._thread.join(timeout)
-            return not self._thread.is_alive()
-        return True
-
-    @property
-    def alive(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
 
     def abandon(self, reason: str) -> bool:
         """As Trainer.abandon (seal metrics.jsonl, kill the analysis child); before the trainer
