@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import platform
 import statistics
@@ -128,20 +129,27 @@ def quartiles(values: list[float]) -> tuple[float, float, float]:
     return q1, q2, q3
 
 
+def noise_band(aa: list[float], pairs: int) -> float:
+    """Half-width of the band around a median ratio of ``pairs`` pairs that noise alone
+    explains (see verdict)."""
+    q1, _, q3 = quartiles(aa)
+    return 1.3 * (q3 - q1) / math.sqrt(max(1, pairs))
+
+
 def verdict(ratio_median: float, aa: list[float], target: float, pairs: int,
             others_cores: float, max_busy: float, higher_is_better: bool = True) -> str:
     """met / missed / inside noise (cannot tell); never a verdict from < MIN_PAIRS pairs or
     from runs other processes disturbed.
 
-    Noise band: half the A/A interquartile range on either side of the median ratio (the
-    median of 7 pairs has a standard error of about a third of one pair's IQR, so this band
-    is ~1.4 standard errors: a target inside it cannot be told apart from noise)."""
+    Noise band around the median ratio: 1.3 × the A/A interquartile range / √pairs. The median
+    of n pairs has a standard error of about 0.93 × IQR / √n (normal noise: IQR = 1.35 σ,
+    SE(median) = 1.25 σ / √n), so the band is ~1.4 standard errors: half the A/A IQR at 7
+    pairs, narrower with more pairs. A target inside it cannot be told apart from noise."""
     if pairs < MIN_PAIRS:
         return f"not judged ({pairs} pairs < {MIN_PAIRS})"
     if others_cores > max_busy:
         return f"not judged (under load: others used {others_cores:.2f} cores)"
-    q1, _, q3 = quartiles(aa)
-    half = (q3 - q1) / 2
+    half = noise_band(aa, pairs)
     if abs(ratio_median - target) <= half:
         return "inside noise (cannot tell)"
     ok = ratio_median >= target if higher_is_better else ratio_median <= target
@@ -189,8 +197,8 @@ def interleaved_pairs(baseline: str, sides: dict, pairs: int, on_result=None) ->
 
 
 RATIO_HEADER = ("| comparison | pairs | median ratio | min–max | IQR (Q1–Q3) | A/A median | "
-                "A/A min–max | A/A IQR | target | verdict |\n"
-                "|---|---|---|---|---|---|---|---|---|---|")
+                "A/A min–max | A/A IQR | noise band | target | verdict |\n"
+                "|---|---|---|---|---|---|---|---|---|---|---|")
 
 
 def ratio_row(name: str, ratios: list[float], aa: list[float], target: float,
@@ -203,7 +211,7 @@ def ratio_row(name: str, ratios: list[float], aa: list[float], target: float,
     sign = "≥" if higher_is_better else "≤"
     row = (f"| {name} | {len(ratios)} | **{med:.3f}** | {min(ratios):.3f}–{max(ratios):.3f} | "
            f"{q1:.3f}–{q3:.3f} | {amed:.3f} | {min(aa):.3f}–{max(aa):.3f} | {a1:.3f}–{a3:.3f} | "
-           f"{sign} {target:g} | {v} |")
+           f"±{noise_band(aa, len(ratios)):.3f} | {sign} {target:g} | {v} |")
     return row, v
 
 

@@ -222,8 +222,10 @@ def write_json(path: Path, obj: Any) -> None:
 
 def json_line(row: dict[str, Any]) -> str:
     """One metrics.jsonl line (without the newline)."""
-    return json.dumps({k: _json_safe(v) for k, v in row.items()}, separators=(",", ":"),
-                      default=str)
+    try:  # the usual row has no inf/nan: encoded as is (the per-step path, no copy)
+        return json.dumps(row, separators=(",", ":"), default=str, allow_nan=False)
+    except ValueError:
+        return json.dumps(_json_safe(row), separators=(",", ":"), default=str)
 
 
 class MetricsWriter:

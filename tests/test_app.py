@@ -430,7 +430,12 @@ async def test_layout_fits_small_and_large_terminals(make_app, size):
         for pane in app.panes.values():
             pane.push([1.0] * 500)
             pane.refresh_view()
-            assert len(pane._spark.data) <= max(1, pane._spark.size.width)
+            assert len(pane.points) <= max(1, pane.size.width)
+            # what the pane draws (tui/widgets/line_pane.py) is its text and a full bar row
+            assert pane.render_line(0).text.rstrip() == pane.top_text.rstrip()
+            assert pane.render_line(1).text.rstrip() == pane.range_line.rstrip()
+            bars = pane.render_line(2)
+            assert bars.cell_length == pane.size.width and set(bars.text) == {"▁"}
 
 
 DEFERRED_FRAME = r"""

@@ -189,3 +189,19 @@ def test_cuda_notes_show_cache_and_driver_overhead():
     assert cpu == {"reserved": None, "driver": None}
     none = f.cuda_notes(StepSample(**dict(base, driver_used_bytes=None, alloc_retries=0)))
     assert none == {"reserved": "cache free 1.6 GiB", "driver": None}
+
+
+def test_sparkline_bars_scale_min_to_max_and_fit_the_width():
+    from tui.charts import SPARK_BARS, bar_levels, bar_runs
+
+    assert bar_levels([], 10) == [] and bar_levels([1.0, 2.0], 0) == []
+    levels = bar_levels([0.0, 1.0, 2.0, 7.0], 4)
+    assert levels == [0, 1, 2, 7]  # the largest value gets the tallest bar
+    assert "".join(SPARK_BARS[v] for v in levels) == "▁▂▃█"
+    assert bar_levels([5.0, 5.0, 5.0], 3) == [0, 0, 0]  # flat: no extent, lowest bars
+    # more points than cells: each cell shows the largest of its share
+    assert bar_levels([0.0, 9.0, 1.0, 2.0, 3.0, 0.0], 3) == [7, 1, 2]  # maxima 9, 2, 3
+    # fewer points than cells: stretched, as Textual's Sparkline draws them
+    assert bar_levels([0.0, 1.0], 4) == [0, 0, 7, 7]
+    assert bar_runs([0, 0, 7, 7, 7, 3]) == [(0, 2), (7, 3), (3, 1)]
+    assert sum(n for _, n in bar_runs(bar_levels(list(range(100)), 26))) == 26

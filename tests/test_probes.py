@@ -120,14 +120,17 @@ def test_metrics_file_is_valid_json_per_line_and_nan_becomes_null(tmp_path):
     writer.write_event(Event("run_started", 0, 0.0, {"amp": "bf16"}))
     writer.write_sample(_sample(1))
     writer.write_sample(_sample(2, loss=math.nan))
+    writer.write_event(Event("ledger", 2, 0.2, {"lines": {"a": [1.0, -math.inf]}}))
     writer.close()
     lines = (run / "metrics.jsonl").read_text().splitlines()
     rows = [json.loads(line) for line in lines]
     assert rows[0]["event"] == "run_started"
     assert set(rows[1]) == set(STEP_FIELDS)
+    assert rows[1]["loss"] == 1.0
     assert rows[2]["loss"] is None
+    assert rows[3]["lines"] == {"a": [1.0, None]}  # nested values too
     steps, events, bad = read_metrics(run / "metrics.jsonl")
-    assert (len(steps), len(events), bad) == (2, 1, 0)
+    assert (len(steps), len(events), bad) == (2, 2, 0)
 
 
 def test_read_metrics_skips_a_truncated_last_line(tmp_path):

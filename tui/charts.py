@@ -78,3 +78,36 @@ def sweep_charts(data: dict, color: bool = False, width: int = 78) -> list[tuple
     tps = line_chart(tps_series, title="tokens/s p50 vs T", xlabel="T", ylabel="tokens/s",
                      color=color, width=width, height=16, markers=["o", "x", "+", "*"])
     return [("Peak allocated vs T", peak), ("Tokens/s vs T", tps)]
+
+
+SPARK_BARS = "▁▂▃▄▅▆▇█"
+
+
+def bar_levels(data: Sequence[float], width: int) -> list[int]:
+    """A sparkline's bar heights (0..7, an index into SPARK_BARS), one per cell, as Textual's
+    Sparkline draws them: the largest value gets the tallest bar; with more points than cells
+    each cell shows the largest point of its share, with fewer each point is stretched over its
+    cells. Empty data or no width: no cells."""
+    n = len(data)
+    if n == 0 or width <= 0:
+        return []
+    if n >= width:
+        cells = [max(data[i * n // width:max(i * n // width + 1, (i + 1) * n // width)])
+                 for i in range(width)]
+    else:
+        cells = [data[i * n // width] for i in range(width)]
+    lo, hi = min(data), max(data)
+    extent = hi - lo or 1.0
+    top = len(SPARK_BARS) - 1
+    return [min(top, int((v - lo) / extent * top)) for v in cells]
+
+
+def bar_runs(levels: Sequence[int]) -> list[tuple[int, int]]:
+    """(level, count) for each run of equal bars: a sparkline drawn as a few text runs."""
+    runs: list[tuple[int, int]] = []
+    for level in levels:
+        if runs and runs[-1][0] == level:
+            runs[-1] = (level, runs[-1][1] + 1)
+        else:
+            runs.append((level, 1))
+    return runs

@@ -1,32 +1,21 @@
-"""One metric: label + current value, min/max over the window, and a Sparkline of recent steps."""
+"""One metric: label + current value, min/max over the window, a sparkline of recent steps."""
 
 from __future__ import annotations
 
 from collections import deque
 
-from textual.app import ComposeResult
-from textual.widget import Widget
-from textual.widgets import Sparkline, Static
-
 from tui.format import NA, format_scale, format_value, label_value_line, range_text
+from tui.widgets.line_pane import LinePane
 
 HISTORY = 512  # values kept per pane, whatever the run length
 
 
-class MetricPane(Widget):
-    """Bounded history; ``refresh_view`` touches only the labels whose text changed."""
+class MetricPane(LinePane):
+    """Bounded history; ``refresh_view`` redraws only the lines whose text changed."""
 
     DEFAULT_CSS = """
-    MetricPane {
-        height: 3;
-        width: 1fr;
-        padding: 0 1;
-    }
-    MetricPane > .pane-top { height: 1; width: 1fr; text-style: bold; }
-    MetricPane > .pane-range { height: 1; width: 1fr; color: $text-muted; }
-    MetricPane > Sparkline { height: 1; width: 1fr; }
     MetricPane.-alert { background: $error 40%; }
-    MetricPane.-alert > .pane-top { color: $text-error; }
+    MetricPane.-alert > .line-pane--top { color: $text-error; }
     """
 
     def __init__(self, pane_id: str, label: str, kind: str, short_label: str | None = None) -> None:
@@ -38,16 +27,7 @@ class MetricPane(Widget):
         self.history: deque[float] = deque(maxlen=HISTORY)
         self.current: float | None = None
         self.note: str | None = None  # replaces the min/max line (e.g. skipped steps)
-        self._top = Static("", classes="pane-top", markup=False)
-        self._range = Static("", classes="pane-range", markup=False)
-        self._spark = Sparkline([])
-        self._shown: tuple[str, str] = ("", "")
         self._dirty = True
-
-    def compose(self) -> ComposeResult:
-        yield self._top
-        yield self._range
-        yield self._spark
 
     def on_resize(self) -> None:
         self._dirty = True
@@ -77,15 +57,15 @@ class MetricPane(Widget):
 
     @property
     def top_text(self) -> str:
-        return self._shown[0]
+        return self.lines[0]
 
     @property
     def range_line(self) -> str:
-        return self._shown[1]
+        return self.lines[1]
 
     @property
     def spark_points(self) -> int:
-        return len(self._spark.data or [])
+        return len(self.points)
 
     def refresh_view(self) -> None:
         if not self._dirty:
@@ -103,11 +83,4 @@ class MetricPane(Widget):
             rng = range_text(self.kind, min(self.history), max(self.history), width)
         else:
             rng = range_text(self.kind, None, None, width)
-        if top != self._shown[0]:
-            self._top.update(top, layout=False)
-        if rng != self._shown[1]:
-            self._range.update(rng, layout=False)
-        self._shown = (top, rng)
-        n = max(1, self._spark.size.width or width)
-        # A new list each time: Sparkline redraws when its reactive is assigned.
-        self._spark.data = list(self.history)[-n:]
+        self.show(top, rng, list(self.history)[-width:])

@@ -1,0 +1,230 @@
+"""memtop's cost per training step, measured on one model in one process: blocks of plain steps
+and blocks of monitored steps, interleaved.
+
+Why not two processes: on these 2-core machines one process differs from the next by ±10% in
+tokens/s (heap layout, which core, page faults — benchmarks/RESULTS.md "Where the headless gap
+went"), so a process-level ratio cannot tell 1% from noise. Here the same model, optimizer, heap
+and threads alternate between blocks of ``--block`` plain steps and ``--block`` steps inside
+``Monitor.step()``, in rounds [plain, monitored, plain'] (odd rounds reversed,
+benchmarks/common.py); plain'/plain is the A/A noise. The monitored side is what a headless run
+does each step: every instrument on (profiler window ready, leak watch, ledger every 50 steps,
+hints), the request socket listening, metrics.jsonl written; memtop's trainer also brackets
+forward/backward/optimizer with record_function, so the GPT's monitored steps do too.
+
+What a block cannot show (the process-wide part) is measured beside it: the CPU that memtop's
+own threads (``memtop-*``: the request socket) used over the run, as a share of a core.
+
+    python benchmarks/step_overhead.py [--model gpt|cnn] [--pairs 25] [--block 4] [--amp off]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+import tempfile
+import threading
+import time
+
+import torch
+from common import (
+    RATIO_HEADER,
+    ROOT,
+    append_results,
+    in_thread,
+    interleaved_pairs,
+    load_note,
+    median,
+    ratio_row,
+)
+from torch import nn
+from torch.profiler import record_function
+
+sys.path.insert(0, str(ROOT / "examples"))
+from own_loop import SmallCNN, synthetic_batches  # noqa: E402
+
+from probes import Monitor  # noqa: E402
+from trainer.config import TrainConfig  # noqa: E402
+from trainer.data import BatchSampler, load_corpus  # noqa: E402
+from trainer.model import GPT  # noqa: E402
+
+TARGET = 0.99
+AMP = {"bf16": torch.bfloat16}
+
+
+def thread_cpu_s() -> dict[str, float]:
+    """CPU seconds (user + system) of each Python thread of this process, by thread name (the
+    OS name of a thread is "python" on 3.11, so the kernel's per-task figures are matched to
+    threading's names by native id)."""
+    out: dict[str, float] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for t in threading.enumerate():
+        with contextlib.suppress(OSError, IndexError, ValueError, TypeError):
+            with open(f"/proc/self/task/{t.native_id}/stat", encoding="ascii") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+            out[t.name] = out.get(t.name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
+class Workload:
+    """One model, its optimizer and data, and a Monitor over them, stepped either way."""
+
+    def __init__(self, model: str, amp: str, run_dir: str) -> None:
+        torch.manual_seed(0)
+        self.dtype = AMP.get(amp)
+        self.kind = model
+        if model == "gpt":
+            cfg = TrainConfig(device="cpu", run_dir=run_dir, amp=amp)
+            self.model: nn.Module = GPT(cfg.model_config())
+            self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.lr,
+                                               weight_decay=0.1)
+            batches = BatchSampler(load_corpus(), cfg.batch_size, cfg.seq_len, cfg.seed,
+                                   torch.device("cpu"))
+            self.next_batch = batches.next_batch
+            self.clip = cfg.grad_clip
+            self.units = cfg.batch_size * cfg.seq_len  # tokens per step
+            kwargs = {"tokens_per_step": self.units}
+            self.describe = (f"memtop's default GPT (B={cfg.batch_size}, T={cfg.seq_len}, "
+                             f"{cfg.layers} layers, dim {cfg.dim}), AdamW, clip {cfg.grad_clip}")
+        else:
+            self.model = SmallCNN()
+            self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-3)
+            data = synthetic_batches(32, torch.device("cpu"))
+            self.next_batch = lambda: next(data)
+            self.loss_fn = nn.CrossEntropyLoss()
+            self.clip = 0.0
+            self.units = 32  # samples per step
+            kwargs = {"samples_per_step": self.units}
+            self.describe = "examples/own_loop.py's SmallCNN (B=32), AdamW"
+        self.monitor = Monitor(self.model, self.optimizer, run_dir=run_dir, amp=amp,
+                               write_report=False, **kwargs)
+
+    def _forward(self) -> tuple[torch.Tensor, torch.Tensor]:
+        x, y = self.next_batch()
+        with torch.autocast("cpu", dtype=self.dtype or torch.float32,
+                            enabled=self.dtype is not None):
+            if self.kind == "gpt":
+                return self.model(x, y)
+            out = self.model(x)
+            return out, self.loss_fn(out, y)
+
+    def plain_step(self) -> None:
+        """The loop people write: forward, backward, clip, step, read the loss."""
+        _, loss = self._forward()
+        loss.backward()
+        if self.clip:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.item()
+
+    def monitored_step(self) -> None:
+        """The same step as memtop's trainer runs it (trainer/loop.py)."""
+        ranges = self.kind == "gpt"
+        with self.monitor.step() as s:
+            with record_function("forward") if ranges else contextlib.nullcontext():
+                out, loss = self._forward()
+            with record_function("backward") if ranges else contextlib.nullcontext():
+                loss.backward()
+            with record_function("optimizer") if ranges else contextlib.nullcontext():
+                norm = (torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip)
+                        if self.clip else None)
+                self.optimizer.step()
+                self.optimizer.zero_grad(set_to_none=True)
+            s.set(loss=loss, grad_norm=norm, output=out)
+
+    def block(self, monitored: bool, steps: int) -> float:
+        """``steps`` steps one way; returns units (tokens or samples) per second."""
+        step = self.monitored_step if monitored else self.plain_step
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step()
+        return steps * self.units / (time.perf_counter() - t0)
+
+
+def measure(args: argparse.Namespace) -> dict:
+    """Everything on this (the training) thread, as memtop's trainer does."""
+    with tempfile.TemporaryDirectory() as tmp:
+        w = Workload(args.model, args.amp, tmp)
+        for i in range(args.warm):  # both paths warm: allocator, autograd graph, the ledger
+            w.block(i % 2 == 1, 1)
+        cpu0, t0 = thread_cpu_s(), time.perf_counter()
+        sides = {"plain": lambda: w.block(False, args.block),
+                 "monitored": lambda: w.block(True, args.block)}
+
+        def show(rnd: int, label: str, value: float, others: float) -> None:
+            if args.verbose:
+                print(f"round {rnd + 1} {label:>16}: {value:10,.1f}/s (others {others:.2f})",
+                      flush=True)
+
+        res = interleaved_pairs("plain", sides, args.pairs, on_result=show)
+        wall = time.perf_counter() - t0
+        cpu1 = thread_cpu_s()
+        res["memtop_threads"] = {n: (cpu1[n] - cpu0.get(n, 0.0)) / wall
+                                 for n in cpu1 if n.startswith("memtop-")}
+        res["monitored_steps"] = w.monitor.step_count
+        res["ledger_steps"] = next((len(h.measured_steps) for h in w.monitor.hooks
+                                    if hasattr(h, "measured_steps")), 0)
+        res["describe"] = w.describe
+        w.monitor.close()
+    return res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", choices=("gpt", "cnn"), default="gpt")
+    ap.add_argument("--pairs", type=int, default=25, help="rounds of [plain, monitored, "
+                    "plain']; fewer than 7 are not judged")
+    ap.add_argument("--block", type=int, default=4, help="steps per block")
+    ap.add_argument("--warm", type=int, default=10, help="steps before the first round")
+    ap.add_argument("--amp", choices=("off", "bf16"), default="off",
+                    help="off: bf16 is emulated (~16× slower) on CPUs without native bf16")
+    ap.add_argument("--max-busy", type=float, default=0.3)
+    ap.add_argument("--max-wait", type=float, default=600)
+    ap.add_argument("--verbose", action="store_true", help="print every block")
+    ap.add_argument("--no-append", action="store_true")
+    args = ap.parse_args()
+    from dashboard_overhead import wait_quiet
+
+    wait_quiet(args.max_busy, args.max_wait, "before the first round")
+    res = in_thread(measure, args)
+    unit = "tokens/s" if args.model == "gpt" else "samples/s"
+    others = res["others_cores"]
+    row, verdict = ratio_row(f"monitored / plain steps ({args.model}), {unit}",
+                             res["ratios"]["monitored"], res["aa"], TARGET,
+                             sum(others) / len(others), args.max_busy)
+    vals = res["values"]
+    total = (len(vals["monitored"]) / sum(1 / v for v in vals["monitored"])) / \
+        (len(vals["plain"]) / sum(1 / v for v in vals["plain"]))
+    threads = ", ".join(f"{n} {100 * c:.2f}%" for n, c in sorted(res["memtop_threads"].items()))
+    body = (
+        f"Config: {res['describe']}, amp {args.amp}, CPU. One process, one model: {args.warm} "
+        f"warm-up steps, then {args.pairs} rounds of [plain, monitored, plain'] blocks of "
+        f"{args.block} steps (odd rounds reversed); A/A = plain'/plain of the same round. "
+        f"Monitored steps: every instrument, the request socket, metrics.jsonl "
+        f"({res['monitored_steps']} monitored steps, {res['ledger_steps']} of them measured by "
+        f"the ledger). {load_note(others, args.max_busy)} Wall time "
+        f"{res['seconds'] / 60:.1f} min.\n"
+        f"Command: `python benchmarks/step_overhead.py --model {args.model} --pairs "
+        f"{args.pairs} --block {args.block} --amp {args.amp}`\n\n"
+        f"{RATIO_HEADER}\n{row}\n\n"
+        f"| figure | value |\n|---|---|\n"
+        f"| plain {unit}, median block | {median(vals['plain']):,.1f} |\n"
+        f"| monitored {unit}, median block | {median(vals['monitored']):,.1f} |\n"
+        f"| monitored / plain over all blocks (time-weighted, ledger steps included) | "
+        f"{total:.3f} |\n"
+        f"| CPU of memtop's own threads over the run (% of one core) | {threads or 'none'} |\n\n"
+        f"Result: per-step cost of monitoring {verdict} (median ratio "
+        f"{quartiles_text(res['ratios']['monitored'])}).")
+    print(body)
+    if not args.no_append:
+        append_results(f"Per-step cost, interleaved in one process ({args.model})", body)
+
+
+def quartiles_text(values: list[float]) -> str:
+    return f"{median(values):.3f}, {min(values):.3f}–{max(values):.3f}"
+
+
+if __name__ == "__main__":
+    main()
