@@ -155,14 +155,18 @@ class Spans:
                 hook._finish_window, lambda b: "profiler stop + trace export (training thread)")
 
         def on_gc(phase, info) -> None:
+            # wall time from the start callback to the stop callback can include waiting for
+            # the GIL (a callback is Python code: the trainer thread may take the GIL in
+            # between); the CPU time of this thread meanwhile is the collection's own cost
             tid = threading.get_ident()
-            now = time.perf_counter()
+            now, cpu = time.perf_counter(), time.thread_time()
             if phase == "start":
-                self._gc_start[tid] = now
+                self._gc_start[tid] = (now, cpu)
             elif tid in self._gc_start:
-                t0 = self._gc_start.pop(tid)
-                self.items.append((t0, now, None, f"gc gen{info['generation']} "
-                                                  f"({threading.current_thread().name})"))
+                t0, c0 = self._gc_start.pop(tid)
+                self.items.append((t0, now, (cpu - c0) * 1000,
+                                   f"gc gen{info['generation']} "
+                                   f"({threading.current_thread().name})"))
         gc.callbacks.append(on_gc)
         self._undo.append((gc, "callbacks", on_gc))
 
