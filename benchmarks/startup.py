@@ -3,7 +3,8 @@
     python benchmarks/startup.py [--repeats 5] [--size 120x40] [--no-append]
 
 Dashboard: `python -m tui.cli train` is started in a fresh tmux pane (a real terminal) and
-capture-pane is polled every 20 ms; reported: the first frame (the header is drawn), and the
+capture-pane is polled every 20 ms, as for a bare Textual app drawing one line (the frame's
+floor); reported: the first frame (the header is drawn), and the
 first sample (the header's step counter leaves 0; the panes fill at the same refresh). The run
 folder's config.json (written when the trainer thread starts) and step 1's time_s in
 metrics.jsonl split the time into: interpreter + imports + app start-up, model build + first
@@ -77,6 +78,33 @@ def dashboard_once(size: tuple[int, int], timeout_s: float = 120.0) -> dict:
         out["step1_done_s"] = trainer_start + step1["time_s"]
         out["step1_ms"] = step1["step_ms"]
     return out
+
+
+# The frame's floor: Python + Textual's import and start-up, drawing one line of text. Whatever
+# memtop's frame needs beyond this is memtop's own start-up.
+BARE_TEXTUAL = """
+from textual.app import App
+from textual.widgets import Static
+class Bare(App):
+    def compose(self):
+        yield Static("memtop")
+Bare().run()
+"""
+
+
+def bare_textual_once(size: tuple[int, int], timeout_s: float = 60.0) -> float:
+    """Seconds from the command to a bare Textual app's first frame in a tmux pane."""
+    t0 = time.perf_counter()
+    pane = TmuxPane(f"bare-{os.getpid()}-{int(t0 * 1000) % 10**8}", size[0], size[1],
+                    [sys.executable, "-c", BARE_TEXTUAL])
+    try:
+        while time.perf_counter() - t0 < timeout_s:
+            if "memtop" in pane.capture():
+                return time.perf_counter() - t0
+            time.sleep(0.02)
+        raise RuntimeError("the bare Textual app drew nothing")
+    finally:
+        pane.kill()
 
 
 def headless_once(timeout_s: float = 120.0) -> dict:
@@ -174,7 +202,7 @@ def main() -> None:
     wait_quiet(args.max_busy, args.max_wait, "before the start-up runs")
     load0 = load_avg()
     t_all = time.monotonic()
-    torch_s, dyn_s, mods_s, bare_s, dash, head = [], [], [], [], [], []
+    torch_s, dyn_s, mods_s, bare_s, dash, head, tx_s = [], [], [], [], [], [], []
     for i in range(args.repeats):
         if i:
             wait_quiet(args.max_busy, min(300, args.max_wait), f"before run {i + 1}")
@@ -182,6 +210,7 @@ def main() -> None:
         dyn_s.append(timed([sys.executable, "-c", "import torch, torch._dynamo"]))
         bare_s.append(bare_once())
         mods_s.append(timed([sys.executable, "-c", DASH_IMPORTS]))
+        tx_s.append(bare_textual_once(size))
         dash.append(dashboard_once(size))
         head.append(headless_once())
         print(f"run {i + 1}: import torch {torch_s[-1]:.2f} s, + torch._dynamo {dyn_s[-1]:.2f} s, "
@@ -227,6 +256,8 @@ def main() -> None:
         f"{median(bare_s):.2f} | {', '.join(f'{v:.2f}' for v in bare_s)} | |",
         f"| import of the dashboard's modules (`{DASH_IMPORTS}`) | {median(mods_s):.2f} | "
         f"{', '.join(f'{v:.2f}' for v in mods_s)} | |",
+        f"| bare Textual app (one Static) in the same pane: first frame (the frame's floor) | "
+        f"{median(tx_s):.2f} | {', '.join(f'{v:.2f}' for v in tx_s)} | |",
         f"| **dashboard: first frame (header drawn)** | **{med(dash, 'first_frame_s'):.2f}** | "
         f"{col(dash, 'first_frame_s')} | ≤ {FRAME_TARGET_S:g} s: {frame_v} |",
         f"| dashboard: trainer thread started (config.json written) | "
@@ -254,7 +285,8 @@ def main() -> None:
         f"{(time.monotonic() - t_all) / 60:.1f} min.\n"
         f"Command: `python benchmarks/startup.py --repeats {args.repeats} --size {args.size}`"
         f"\n\n{table}\n\nResult: first frame {med(dash, 'first_frame_s'):.2f} s (target ≤ "
-        f"{FRAME_TARGET_S:g} s: {frame_v}); first sample on screen {first:.2f} s (target ≤ the "
+        f"{FRAME_TARGET_S:g} s: {frame_v}; a bare Textual app: {median(tx_s):.2f} s); "
+        f"first sample on screen {first:.2f} s (target ≤ the "
         f"bare script's first loss {median(bare_s):.2f} s + {OVER_FLOOR_S:g} s: {verdict}; "
         f"memtop adds {first - median(bare_s):+.2f} s); headless first step line "
         f"{med(head, 'first_step_line_s'):.2f} s ({head_step_v})."

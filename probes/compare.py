@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from probes import records as R
-from probes.compare_windows import profile_windows, windows_summary
+from probes.compare_windows import DEFAULT_LOSS_TOLERANCE, profile_windows, windows_summary
 from probes.records import finite_num, record_from_json
 from probes.report import _steps_for_stats, percentile
 from probes.runfolder import (
@@ -31,7 +31,6 @@ IGNORED_VARIABLES = ("run_dir", "baseline")  # where it was written, what it com
 MODEL_KEYS = ("layers", "heads", "dim")  # a different model needs --force to be compared
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_MAX_ROWS = 5000  # longer runs are thinned evenly before resampling
-DEFAULT_LOSS_TOLERANCE = 0.05  # relative, on the 10-step mean loss
 LOSS_WINDOW = 10
 NOISE_RULE = ("median over the measured steps (after warmup, profiler-window steps left out), "
               "band = p25-p75 of the per-step values; the change is the ratio of the medians "

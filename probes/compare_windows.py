@@ -10,6 +10,9 @@ from typing import Any
 from probes import records as R
 from probes.records import finite_num
 
+# here, not in probes/compare.py, so that building the CLI's parser does not load the report code
+DEFAULT_LOSS_TOLERANCE = 0.05  # relative, on the 10-step mean loss
+
 
 def profile_windows(events: list[dict[str, Any]], steps: list[dict[str, Any]],
                     run_dir: Path) -> list[dict[str, Any]]:

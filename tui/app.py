@@ -14,7 +14,7 @@ import contextlib
 import gc
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from textual import events
 from textual.app import App, ComposeResult
@@ -22,7 +22,6 @@ from textual.binding import Binding
 from textual.containers import Grid, Horizontal, Vertical
 
 from probes import records as R
-from probes.baseline import BaselineWatch
 from probes.records import Event, Record, StepSample, switches_text
 from probes.ring import Ring
 from probes.runstate import RunState
@@ -57,6 +56,9 @@ from tui.widgets.phase_throughput import PhaseThroughputPane
 from tui.widgets.rank_table import RankTable
 from tui.widgets.status_line import StatusLine
 from tui.widgets.top_ops import TopOpsTable
+
+if TYPE_CHECKING:
+    from probes.baseline import BaselineWatch
 
 REFRESH_S = 0.5  # 2 Hz: the rate docs/ARCHITECTURE.md records at 0.98 of headless throughput
 CHART_EVERY_S = 5.0  # plotext rebuilds cost ~30 ms: rarely
@@ -117,6 +119,8 @@ class MemtopApp(RanksView, AppActions, App[int]):
         self.view = "ranks" if self.ranks_mode else "chart"
         self.baseline: BaselineWatch | None = None  # `--baseline RUN`, from config.json
         if isinstance(self.config.get("baseline"), str) and self.config["baseline"]:
+            from probes.baseline import BaselineWatch  # only with --baseline: it loads a run
+
             warmup = self.config.get("warmup_steps")
             self.baseline = BaselineWatch(self.config["baseline"],
                                           warmup if isinstance(warmup, int) else 0)
@@ -238,7 +242,9 @@ class MemtopApp(RanksView, AppActions, App[int]):
         # keep them in the run's stderr.log (fd 2 while run_dashboard owns the terminal).
         self.begin_capture_print(self, stdout=True, stderr=True)
         self._load_history()
-        self.source.start()
+        # after the first frame is composed: the trainer thread's `import torch` holds the GIL
+        # for seconds and would otherwise delay it (benchmarks/RESULTS.md, "Startup")
+        self.call_after_refresh(self.source.start)
         self.set_interval(self.refresh_s, self.refresh_from_source)
         self.refresh_from_source()
         if self.ring is not None:  # the first sample on screen at once, not at the next tick

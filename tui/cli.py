@@ -5,6 +5,7 @@ Bad input never shows a traceback: one line on stderr and exit status 2, before 
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import os
 import sys
@@ -18,17 +19,27 @@ from tui.commands import COMMANDS  # noqa: E402
 from tui.commands.argtypes import EXIT_USAGE, Parser, UsageError  # noqa: E402
 
 
-def _version() -> str:
-    from probes.sysinfo import memtop_version
+class _VersionAction(argparse.Action):
+    """`memtop --version`, the version read only when asked (importlib.metadata costs ~30 ms
+    at every start otherwise)."""
 
-    return memtop_version()
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS,
+                 default: str = argparse.SUPPRESS, help: str = "show the version and exit"
+                 ) -> None:
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object) -> None:
+        from probes.sysinfo import memtop_version
+
+        print(f"memtop {memtop_version()}")  # on stdout, as argparse's own version action
+        parser.exit()
 
 
 def build_parser() -> Parser:
     parser = Parser(prog="memtop",
                     description="See where memory and time go while a PyTorch model trains.",
                     epilog="Run `memtop COMMAND --help` for a command's options.")
-    parser.add_argument("--version", action="version", version=f"memtop {_version()}")
+    parser.add_argument("--version", action=_VersionAction)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     for name in COMMANDS:
         importlib.import_module(f"tui.commands.{name}").add_parser(sub)

@@ -26,7 +26,7 @@ def _pct(text: str) -> float:
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    from probes.compare import DEFAULT_LOSS_TOLERANCE
+    from probes.compare_windows import DEFAULT_LOSS_TOLERANCE
 
     p = sub.add_parser("compare", help="compare runs against a baseline: speed, peaks, loss",
                        description="Compare run folders against the first one (the baseline): "
