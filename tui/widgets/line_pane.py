@@ -24,16 +24,18 @@ from tui.charts import SPARK_BARS, bar_levels, bar_runs
 class LinePane(Widget):
     """``show(top, sub, points)`` sets what is drawn; unchanged lines are not redrawn."""
 
-    COMPONENT_CLASSES: ClassVar[set[str]] = {
-        "line-pane--top", "line-pane--sub", "line-pane--spark-min", "line-pane--spark-max"}
+    # The top line takes the pane's own colour (bold). Two component classes, not more: each
+    # is a virtual node Textual restyles at every style pass (a screen pushed or popped), and
+    # those become garbage for the cyclic collector (benchmarks/RESULTS.md, "UI stalls").
+    COMPONENT_CLASSES: ClassVar[set[str]] = {"line-pane--sub", "line-pane--spark"}
 
     DEFAULT_CSS = """
     LinePane { height: 3; width: 1fr; padding: 0 1; }
-    LinePane > .line-pane--top { text-style: bold; }
     LinePane > .line-pane--sub { color: $text-muted; }
-    LinePane > .line-pane--spark-max { color: $primary; }
-    LinePane > .line-pane--spark-min { color: $primary 30%; }
+    LinePane > .line-pane--spark { color: $primary; }
     """
+
+    SPARK_MIN_ALPHA = 0.3  # the lowest bar's colour: the spark colour at this opacity
 
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
@@ -76,12 +78,13 @@ class LinePane(Widget):
         DOM)."""
         if self._styles is None:
             _, base = self.background_colors
-            lo = base + self.get_component_styles("line-pane--spark-min").color
-            hi = base + self.get_component_styles("line-pane--spark-max").color
+            spark = self.get_component_styles("line-pane--spark").color
+            lo = base + spark.multiply_alpha(self.SPARK_MIN_ALPHA)
+            hi = base + spark
             top = len(SPARK_BARS) - 1
             bars = [Style(color=lo.blend(hi, level / top).rich_color, bgcolor=base.rich_color)
                     for level in range(len(SPARK_BARS))]
-            self._styles = (self.get_component_rich_style("line-pane--top"),
+            self._styles = (self.rich_style + Style(bold=True),
                             self.get_component_rich_style("line-pane--sub"), bars)
         return self._styles
 

@@ -14,8 +14,7 @@ class MetricPane(LinePane):
     """Bounded history; ``refresh_view`` redraws only the lines whose text changed."""
 
     DEFAULT_CSS = """
-    MetricPane.-alert { background: $error 40%; }
-    MetricPane.-alert > .line-pane--top { color: $text-error; }
+    MetricPane.-alert { background: $error 40%; color: $text-error; }
     """
 
     def __init__(self, pane_id: str, label: str, kind: str, short_label: str | None = None) -> None:
