@@ -160,6 +160,15 @@ def _run_cell(plan: SweepPlan, cell: Cell, index: int, progress: Progress) -> di
     return cell_result(cell, root, rc, time.monotonic() - t0)
 
 
+def _catch_sigint() -> signal.Handlers | None:
+    """Ctrl-C raises KeyboardInterrupt here (main thread only); returns the handler to restore."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def run_sweep(plan: SweepPlan, out: TextIO | None = None, tty: bool | None = None,
               charts: object = None) -> tuple[int, dict]:
     """Every cell in turn; returns (exit status, sweep.json's data). ``charts(data, color)``
@@ -171,6 +180,9 @@ def run_sweep(plan: SweepPlan, out: TextIO | None = None, tty: bool | None = Non
     interrupted = False
     meta = plan.meta()
     progress._write(f"memtop: sweep folder {plan.folder} ({len(plan.cells)} cells)\n")
+    # Ctrl-C stops the sweep even when it was started with SIGINT ignored (a shell's `&`
+    # without job control), as `memtop train` handles it (tui/exit_guard.py)
+    old_handler = _catch_sigint()
     try:
         for i, cell in enumerate(plan.cells):
             rows.append(_run_cell(plan, cell, i, progress))
@@ -186,6 +198,9 @@ def run_sweep(plan: SweepPlan, out: TextIO | None = None, tty: bool | None = Non
             if root.is_dir() and any(p.is_dir() for p in root.iterdir()):
                 rows.append(not_run_row(cell, "interrupted while running (its partial run "
                                               f"folder is kept under {root})"))
+    finally:
+        if old_handler is not None:
+            signal.signal(signal.SIGINT, old_handler)
     done = {r["cell"] for r in rows}
     rows += [not_run_row(c) for c in plan.cells if c.key not in done]
     final = dict(meta, partial=False, interrupted=interrupted,
