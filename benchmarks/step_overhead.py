@@ -216,13 +216,13 @@ def main() -> None:
         f"{total:.3f} |\n"
         f"| CPU of memtop's own threads over the run (% of one core) | {threads or 'none'} |\n\n"
         f"Result: per-step cost of monitoring {verdict} (median ratio "
-        f"{quartiles_text(res['ratios']['monitored'])}).")
+        f"{median_range_text(res['ratios']['monitored'])}).")
     print(body)
     if not args.no_append:
         append_results(f"Per-step cost, interleaved in one process ({args.model})", body)
 
 
-def quartiles_text(values: list[float]) -> str:
+def median_range_text(values: list[float]) -> str:
     return f"{median(values):.3f}, {min(values):.3f}–{max(values):.3f}"
 
 
