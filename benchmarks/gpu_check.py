@@ -68,9 +68,9 @@ import gpu_check_cuda as G  # noqa: E402
 import torch  # noqa: E402
 from common import in_thread, median  # noqa: E402  (puts the repo root on sys.path)
 
-from probes.control import RunControl  # noqa: E402
-from probes.cudamem import driver_overhead_bytes  # noqa: E402
-from probes.hooks import StepHook  # noqa: E402
+from probes.control.requests import RunControl  # noqa: E402
+from probes.counters.cuda_stats import driver_overhead_bytes  # noqa: E402
+from probes.instruments.hooks import StepHook  # noqa: E402
 from probes.records import Event, StepSample  # noqa: E402
 from probes.runfolder import create_run_dir  # noqa: E402
 from trainer.config import TrainConfig, bf16_problem  # noqa: E402
@@ -253,7 +253,7 @@ def nvml_truth(device: torch.device) -> dict[str, Any]:
     """This process's GPU memory from a fresh NVML read and from nvidia-smi, now. The NVML
     handle is found by the device's own UUID (GPU- or MIG-); never by an index, which CUDA and
     NVML number differently (CUDA_VISIBLE_DEVICES, device order)."""
-    from probes.nvml import candidate_uuids
+    from probes.counters.nvml import candidate_uuids
 
     pid = os.getpid()
     out: dict[str, Any] = {"nvml_fresh": None, "smi_mib": None, "smi_pids": None}
@@ -487,7 +487,7 @@ def check_profiler_window(ctx: Ctx, r: Result) -> None:
 
 def _compare_key_averages(r: Result, trace_path: Path, window: Any, rows: list) -> None:
     """memtop's table from trace.json against torch's key_averages() of the same window."""
-    from probes.opstable import aggregate, load_trace
+    from probes.traces.opstable import aggregate, load_trace
 
     prof = window.last_profiler
     if prof is None:

@@ -20,7 +20,7 @@ from typing import Any
 import common  # noqa: F401  (puts the repo root on sys.path)
 import torch
 
-from probes.hooks import StepHook
+from probes.instruments.hooks import StepHook
 from probes.records import StepSample
 
 MIB = 1024 * 1024
@@ -169,7 +169,7 @@ def check_sync_count(ctx: Any, r: Any) -> None:
 
 
 def check_sample_cost(ctx: Any, r: Any) -> None:
-    from probes.memory import MemoryProbe
+    from probes.counters.memory import MemoryProbe
 
     if not ctx.is_cuda:
         r.status, r.summary = "skip", "CUDA only"
@@ -256,8 +256,8 @@ def check_report_ledger(ctx: Any, r: Any) -> None:
     """report.json and the ledger on a CUDA run: MFU for a known GPU, the ledger's device
     figures, the fragmentation counters read back."""
     train, events_of = _gc().train, _gc().events_of
-    from probes.control import Request, RunControl
-    from probes.report import write_report
+    from probes.analysis.report.build import write_report
+    from probes.control.requests import Request, RunControl
 
     cfg = ctx.config(steps=25)
     control = RunControl()
@@ -292,8 +292,8 @@ CHILD = r"""
 import json, os, sys
 sys.path.insert(0, sys.argv[1])
 import torch
-from probes.control import RunControl
-from probes.nvml import candidate_uuids
+from probes.control.requests import RunControl
+from probes.counters.nvml import candidate_uuids
 from probes.runfolder import create_run_dir
 from trainer.config import TrainConfig
 from trainer.loop import Trainer

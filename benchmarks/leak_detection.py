@@ -18,8 +18,8 @@ from typing import Any
 
 from common import append_results, machine
 
-from probes.control import RunControl
-from probes.leak import LeakDetectorConfig, LeakWatch
+from probes.control.requests import RunControl
+from probes.instruments.leak import LeakDetectorConfig, LeakWatch
 from probes.records import Event, StepSample
 from probes.runfolder import create_run_dir
 from trainer.config import TrainConfig

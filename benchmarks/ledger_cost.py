@@ -20,7 +20,7 @@ from pathlib import Path
 
 from common import append_results, in_thread, median
 
-from probes.ledger import SAMPLE_EVERY, Ledger
+from probes.instruments.ledger import SAMPLE_EVERY, Ledger
 from trainer.config import TrainConfig
 from trainer.loop import Trainer
 

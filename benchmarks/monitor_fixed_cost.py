@@ -15,7 +15,7 @@ import torch
 from common import append_results, in_thread, median
 
 from probes import Monitor
-from probes.memory import heap_counters
+from probes.counters.memory import heap_counters
 
 BLOCK = 50
 

@@ -28,8 +28,8 @@ from common import (
     ratio_row,
 )
 
-from probes.ring import Ring
 from probes.runfolder import create_run_dir
+from probes.tools.ring import Ring
 from trainer.config import TrainConfig
 from trainer.data import BatchSampler, load_corpus
 from trainer.instruments import build_hooks

@@ -34,9 +34,9 @@ os.environ.setdefault("KINETO_LOG_LEVEL", "5")
 
 from common import append_results, median  # noqa: E402  (puts the repo root on sys.path)
 
-from probes.control import RunControl  # noqa: E402
-from probes.hooks import StepHook  # noqa: E402
-from probes.profwindow import ProfilerWindow  # noqa: E402
+from probes.control.requests import RunControl  # noqa: E402
+from probes.instruments.hooks import StepHook  # noqa: E402
+from probes.instruments.profwindow import ProfilerWindow  # noqa: E402
 from probes.records import Event, StepSample  # noqa: E402
 from trainer.config import TrainConfig  # noqa: E402
 from trainer.loop import Trainer  # noqa: E402

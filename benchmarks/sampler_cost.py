@@ -16,11 +16,11 @@ from pathlib import Path
 import torch
 from common import append_results, in_thread, machine, median
 
-from probes.memory import MemoryProbe, RssReader, heap_counters
-from probes.nvml import NvmlPoller
+from probes.counters.memory import MemoryProbe, RssReader, heap_counters
+from probes.counters.nvml import NvmlPoller
 from probes.records import StepSample
-from probes.ring import Ring
 from probes.runfolder import MetricsWriter
+from probes.tools.ring import Ring
 
 
 def per_call_us(fn, n: int) -> float:

@@ -17,7 +17,7 @@ import time
 
 from common import append_results, in_thread, machine
 
-from probes import memory
+import probes.counters.memory as memory
 from probes.runfolder import create_run_dir
 from trainer.config import TrainConfig
 from trainer.loop import Trainer

@@ -135,7 +135,8 @@ def timed(argv: list[str]) -> float:
     return time.perf_counter() - t0
 
 
-DASH_IMPORTS = "import tui.cli, tui.app, trainer.loop, trainer.instruments, probes.report"
+DASH_IMPORTS = ("import tui.cli, tui.app, trainer.loop, trainer.instruments, "
+                "probes.analysis.report.build")
 # The floor: what a bare script needs to print its first loss with the same model, data and
 # AMP (torch.optim's first step imports torch._dynamo: Optimizer.step is wrapped by
 # _use_grad_for_differentiable, __init__ by torch._disable_dynamo).

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from probes import Monitor  # memtop
-from probes.errors import MemtopError  # memtop
+from probes.records.errors import MemtopError  # memtop
 
 
 @dataclass

@@ -14,11 +14,11 @@ __all__ = ["Monitor", "MemtopError"]
 
 def __getattr__(name: str) -> Any:
     if name == "Monitor":
-        from probes.monitor import Monitor
+        from probes.monitor.monitor import Monitor
 
         return Monitor
     if name == "MemtopError":
-        from probes.errors import MemtopError
+        from probes.records.errors import MemtopError
 
         return MemtopError
     raise AttributeError(f"module 'probes' has no attribute {name!r}")

@@ -18,8 +18,8 @@ import time
 import pytest
 from conftest import ROOT, TINY, run_cli, wait_for
 
-from probes.hooks import StepHook
-from probes.nvml import NvmlPoller
+from probes.counters.nvml import NvmlPoller
+from probes.instruments.hooks import StepHook
 from probes.records import Event
 from tui.app import MemtopApp
 from tui.dashboard_run import stderr_to_file
@@ -76,11 +76,11 @@ async def test_panes_update_pause_resume_and_quit_joins_the_trainer(make_app):
         assert app.trainer.status.step == frozen
         assert f"step {frozen}" in app.header_bar.text
 
-        paused_points = len(app.panes["loss"].history)
+        paused_points = app.panes["loss"].taken  # not len(history): it may be full by now
         await pilot.press("space")
         await wait_for(pilot, lambda: app.trainer.status.step > frozen + 2, "resumed steps")
         await wait_for(pilot, lambda: app.last_sample.step > frozen + 2, "resumed steps drawn")
-        assert len(app.panes["loss"].history) > paused_points  # the pane takes new steps again
+        assert app.panes["loss"].taken > paused_points  # the pane takes new steps again
         assert app.panes["loss"].top_text.endswith(format_value("loss", app.last_sample.loss))
 
         await pilot.press("q")

@@ -8,7 +8,7 @@ import pytest
 from conftest import wait_for
 from test_compare import make_run
 
-from probes.baseline import LiveFigures, deltas
+from probes.analysis.baseline import LiveFigures, deltas
 from probes.records import StepSample
 from tui.cli import main
 from tui.format_panels import baseline_text

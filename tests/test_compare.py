@@ -10,7 +10,7 @@ import pytest
 from conftest import in_thread
 
 from probes import records as R
-from probes.compare import (
+from probes.analysis.compare.compare import (
     changed_variables,
     compare_runs,
     load_run,

@@ -11,17 +11,14 @@ import pytest
 import torch
 from conftest import in_thread
 
-from probes.cudamem import (
+from probes.counters.cuda_stats import (
     CACHE_BYTES_HINT,
     driver_overhead_bytes,
-    failure_artifacts,
     fragmentation,
-    history_kwargs,
-    start_history,
     stats_from_nested,
-    stop_history,
 )
-from probes.memory import MemoryProbe, guard_trip
+from probes.counters.cudamem import failure_artifacts, history_kwargs, start_history, stop_history
+from probes.counters.memory import MemoryProbe, guard_trip
 from trainer.config import bf16_problem
 from trainer.loop import use_fused_adamw
 
@@ -88,7 +85,7 @@ def test_history_is_opt_in_with_python_stacks():
 
 
 def test_run_started_records_history_state(tmp_path):
-    from probes.monitor import Monitor
+    from probes.monitor.monitor import Monitor
 
     def run():
         model = torch.nn.Linear(4, 4)
@@ -169,9 +166,9 @@ def test_fused_adamw_skips_inf_steps_inside_its_kernel():
 
 
 def test_snapshot_request_on_cpu_is_answered_not_crashed(tmp_path):
-    from probes.control import Request
-    from probes.cudamem import dump_snapshot
-    from probes.monitor import Monitor
+    from probes.control.requests import Request
+    from probes.counters.cudamem import dump_snapshot
+    from probes.monitor.monitor import Monitor
 
     assert "CUDA" in dump_snapshot(tmp_path, torch.device("cpu"), 3)["error"]
 

@@ -8,7 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from probes.opstable import aggregate, analyse, load_trace, phase_totals, rank_rows, sort_rows
+from probes.traces.opstable import (
+    aggregate,
+    analyse,
+    load_trace,
+    phase_totals,
+    rank_rows,
+    sort_rows,
+)
 
 TRACE = Path(__file__).parent / "data" / "cuda_trace_small.json"
 

@@ -1,5 +1,5 @@
-"""Live hints (the tutorial's pitfalls): each defined once in probes/records.py, emitted once a
-run. CPU runs show those that apply on CPU; the CUDA ones are checked on recorded samples."""
+"""Live hints (the tutorial's pitfalls): each defined once in probes/records/hints.py, emitted once
+a run. CPU runs show those that apply on CPU; the CUDA ones are checked on recorded samples."""
 
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ import torch
 from conftest import in_thread
 
 from probes import records as R
-from probes.hints import (
+from probes.instruments.hints import (
     cpu_bf16_problem,
     cpu_flags,
     low_precision_share,
     step_hints,
     tensor_core_problem,
 )
-from probes.monitor import Monitor
+from probes.monitor.monitor import Monitor
 from probes.records import StepSample
 
 MiB = 1 << 20

@@ -10,9 +10,9 @@ import pytest
 from conftest import in_thread, run_cli
 
 from probes import records as R
-from probes.kvcache import admission, kv_bytes_per_token, kv_cache_bytes
 from probes.records import StepSample
 from probes.runfolder import create_run_dir, read_metrics
+from probes.tools.kvcache import admission, kv_bytes_per_token, kv_cache_bytes
 
 TINY = dict(device="cpu", layers=1, heads=2, dim=32, block_size=32, batch_size=2, prompt_len=8,
             new_tokens=8, requests=2, baseline_tokens=4, profile_phase="none")
@@ -74,7 +74,7 @@ def test_rows_have_phases_and_the_cache_grows_as_predicted(tmp_path):
 
 
 def test_report_has_both_phases(tmp_path):
-    from probes.report import write_report
+    from probes.analysis.report.build import write_report
 
     code, run_dir, _, _ = run_infer(tmp_path, profile_phase="both", new_tokens=8)
     assert code == 0
@@ -109,7 +109,7 @@ def test_phase_labels_in_the_profiler_trace(tmp_path, phase):
 
 def test_profile_request_windows_the_next_request(tmp_path):
     """The dashboard's `p`: both phases' windows in the request after the one running."""
-    from probes.control import Request, RunControl
+    from probes.control.requests import Request, RunControl
 
     control = RunControl()
     control.submit(Request("profile", source="keyboard"))  # taken before step 1 (request 1)

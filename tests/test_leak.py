@@ -9,8 +9,8 @@ import time
 import pytest
 from conftest import wait_until
 
-from probes.control import RunControl
-from probes.leak import (
+from probes.control.requests import RunControl
+from probes.instruments.leak import (
     LeakAlert,
     LeakCleared,
     LeakDetector,
@@ -247,7 +247,7 @@ def test_real_leak_is_caught_and_cleared_in_time(tiny_config, kind, sized, withi
 
 
 def test_healthy_run_with_pause_and_profiler_windows_stays_quiet(tiny_config):
-    from probes.profwindow import ProfilerWindow
+    from probes.instruments.profwindow import ProfilerWindow
 
     cfg = tiny_config(steps=150, **GRAPH_SIZED)
     watch = LeakWatch()
@@ -303,7 +303,7 @@ def test_on_cuda_device_and_host_heap_are_two_series(tmp_path):
 
     import torch
 
-    from probes.hooks import RunContext, StepTensors
+    from probes.instruments.hooks import RunContext, StepTensors
 
     events: list[Event] = []
     total = 80 * 1024 * MIB

@@ -13,7 +13,7 @@ import pytest
 import torch
 from conftest import in_thread
 
-from probes.ledger import Ledger, SavedTensorMeter, activation_prediction, unique_bytes
+from probes.instruments.ledger import Ledger, SavedTensorMeter, activation_prediction, unique_bytes
 from probes.runfolder import create_run_dir
 from trainer.loop import Trainer
 from trainer.model import GPT, GPTConfig
@@ -167,7 +167,7 @@ def test_a_ledger_failure_never_fails_the_training(tiny_config):
 
 
 def test_a_new_batch_shape_is_measured_at_the_next_step():
-    from probes.hooks import StepTensors
+    from probes.instruments.hooks import StepTensors
 
     ledger = Ledger(every=50)
     ledger._first, ledger._shape = 6, (4, 16)

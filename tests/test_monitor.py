@@ -14,8 +14,8 @@ from conftest import ROOT, in_thread
 from torch import nn
 
 from probes import MemtopError, Monitor
-from probes.control_socket import request as send
-from probes.errors import MonitorArgumentError, MonitorStateError
+from probes.control.unix_socket import request as send
+from probes.records.errors import MonitorArgumentError, MonitorStateError
 from probes.runfolder import RunFolderError
 
 sys.path.insert(0, str(ROOT / "examples"))
@@ -179,7 +179,7 @@ def test_bad_use_gets_one_memtop_error(tmp_path):
 
 
 def test_import_probes_pulls_in_no_textual():
-    code = ("import sys, probes.monitor, probes.runfolder, probes.report; "
+    code = ("import sys, probes.monitor.monitor, probes.runfolder, probes.analysis.report.build; "
             "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('textual', 'tui')); "
             "print(bad); sys.exit(1 if bad else 0)")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from probes.nvml import NvmlPoller, candidate_uuids, index_fallback
+from probes.counters.nvml import NvmlPoller, candidate_uuids, index_fallback
 
 MiB = 1 << 20
 GPU0 = "GPU-5b8d3c4e-0f3a-9d1e-2c7b-44a1e6f0b9d2"

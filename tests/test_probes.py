@@ -9,12 +9,12 @@ import pytest
 import torch
 from conftest import in_thread
 
-from probes.memory import MemoryProbe, RssReader, heap_counters
-from probes.nvml import NvmlPoller
+from probes.counters.memory import MemoryProbe, RssReader, heap_counters
+from probes.counters.nvml import NvmlPoller
 from probes.records import STEP_FIELDS, Event, StepSample
-from probes.ring import Ring
 from probes.runfolder import MetricsWriter, create_run_dir, read_metrics
-from probes.units import format_bytes, format_rate, parse_size
+from probes.tools.ring import Ring
+from probes.tools.units import format_bytes, format_rate, parse_size
 
 MiB = 1024 * 1024
 
@@ -117,10 +117,10 @@ def _sample(step: int, loss: float = 1.0) -> StepSample:
 def test_metrics_file_is_valid_json_per_line_and_nan_becomes_null(tmp_path):
     run = create_run_dir(tmp_path)
     writer = MetricsWriter(run / "metrics.jsonl")
-    writer.write_event(Event("run_started", 0, 0.0, {"amp": "bf16"}))
-    writer.write_sample(_sample(1))
-    writer.write_sample(_sample(2, loss=math.nan))
-    writer.write_event(Event("ledger", 2, 0.2, {"lines": {"a": [1.0, -math.inf]}}))
+    writer.write(Event("run_started", 0, 0.0, {"amp": "bf16"}))
+    writer.write(_sample(1))
+    writer.write(_sample(2, loss=math.nan))
+    writer.write(Event("ledger", 2, 0.2, {"lines": {"a": [1.0, -math.inf]}}))
     writer.close()
     lines = (run / "metrics.jsonl").read_text().splitlines()
     rows = [json.loads(line) for line in lines]

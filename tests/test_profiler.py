@@ -10,12 +10,12 @@ import psutil
 import torch
 from conftest import ROOT, in_thread, run_cli
 
-from probes.control import RunControl
-from probes.hooks import StepHook
-from probes.opstable import aggregate, load_trace
-from probes.profwindow import ProfilerWindow
+from probes.control.requests import RunControl
+from probes.instruments.hooks import StepHook
+from probes.instruments.profwindow import ProfilerWindow
 from probes.records import StepSample
 from probes.runfolder import create_run_dir, read_metrics
+from probes.traces.opstable import aggregate, load_trace
 from trainer.loop import Trainer
 
 ROW_KEYS = {"name", "calls", "self_cpu_us", "cpu_total_us", "self_device_us", "device_total_us",
@@ -52,7 +52,7 @@ class Watch(StepHook):
             self.phase[step] = self.trainer.status.profile_phase
         if self.hold_analysis and step == self.hold_analysis[0]:  # a slow analysis, for sure
             self._held = [c for c in psutil.Process().children()
-                          if "probes.opstable" in " ".join(c.cmdline())]
+                          if "probes.traces.opstable" in " ".join(c.cmdline())]
             for child in self._held:
                 child.suspend()
         if self.hold_analysis and step == self.hold_analysis[1]:
@@ -193,7 +193,7 @@ def test_cancel_and_quick_presses(tiny_config):
     assert not window.busy
     # the idle workers started for the cancelled windows were told to exit and were reaped
     workers = [p for p in psutil.Process().children(recursive=True)
-               if "probes.opstable" in " ".join(p.cmdline())]
+               if "probes.traces.opstable" in " ".join(p.cmdline())]
     assert workers == []
 
 
@@ -228,8 +228,9 @@ def test_headless_profile_at_writes_files_and_stays_quiet(tmp_path):
     assert names.count("profile_started") == names.count("profile_cancelled") + 1
 
     # the analysis worker needs no torch: run it again the way the window does, and check
-    check = ("import sys; sys.path.insert(0, sys.argv.pop(1)); from probes.opstable import main; "
-             "main(sys.argv[1:]); assert 'torch' not in sys.modules, 'torch imported'")
+    check = ("import sys; sys.path.insert(0, sys.argv.pop(1)); "
+             "from probes.traces.opstable import main; main(sys.argv[1:]); "
+             "assert 'torch' not in sys.modules, 'torch imported'")
     out = tmp_path / "again"
     out.mkdir()
     subprocess.run([sys.executable, "-I", "-c", check, str(ROOT), str(folder / "trace.json"),

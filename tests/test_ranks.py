@@ -145,7 +145,7 @@ def test_profile_window_on_both_ranks_at_one_step_then_sigint_stops_all(tmp_path
 
 
 def test_a_killed_rank_ends_the_run_and_is_named(tmp_path):
-    from probes.ranks import read_process_exits
+    from probes.analysis.ranks import read_process_exits
 
     proc = _launch(tmp_path)
     try:
@@ -219,7 +219,7 @@ def test_rank_table_fits_80x24_for_2_to_8_ranks():
 
 
 def test_the_rank_that_raised_is_named_not_the_peer_left_waiting():
-    from probes.ranks import ProcessExit, RankEnd, failure_text, process_exits
+    from probes.analysis.ranks import ProcessExit, RankEnd, failure_text, process_exits
 
     peer = RankEnd(0, 12, 12, "failed", "RuntimeError: [gloo] Connection closed by peer", 13,
                    100, 0)

@@ -15,9 +15,9 @@ from conftest import ROOT, in_thread, run_cli
 from test_cli import TINY_ARGS
 from test_trainer import Collect
 
-from probes.control import RunControl
-from probes.hooks import StepHook
-from probes.memory import RssReader
+from probes.control.requests import RunControl
+from probes.counters.memory import RssReader
+from probes.instruments.hooks import StepHook
 from probes.runfolder import create_run_dir, read_metrics
 from trainer.loop import Trainer
 

@@ -6,10 +6,10 @@ import sys
 
 from conftest import in_thread, wait_for
 
-from probes.memory import RssReader
-from probes.nvml import NvmlPoller
-from probes.ring import Ring
+from probes.counters.memory import RssReader
+from probes.counters.nvml import NvmlPoller
 from probes.runfolder import create_run_dir
+from probes.tools.ring import Ring
 from trainer.instruments import build_hooks
 from trainer.loop import Trainer
 

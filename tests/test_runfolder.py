@@ -12,6 +12,7 @@ import pytest
 from conftest import run_cli
 
 from probes import records as R
+from probes.analysis.runlist import summarize_run
 from probes.records import Event, StepSample
 from probes.runfolder import (
     METRICS,
@@ -23,8 +24,7 @@ from probes.runfolder import (
     resolve_run,
     write_json,
 )
-from probes.runlist import summarize_run
-from probes.runstate import RunState
+from probes.runfolder.state import RunState
 
 # A writer in another process: each stdin line is hex bytes to append (flushed at once); it
 # answers "ok" so the test knows the bytes are on disk before it polls.

@@ -15,9 +15,7 @@ from conftest import ROOT
 from test_compare import make_run
 
 from probes import records as R
-from probes.records import Event
-from probes.runfolder import json_line
-from probes.sweep import (
+from probes.analysis.sweep import (
     FAILED,
     NOT_RUN,
     OK,
@@ -33,6 +31,8 @@ from probes.sweep import (
     t2_share,
     write_outputs,
 )
+from probes.records import Event
+from probes.runfolder import json_line
 from tui.cli import main
 
 TINY = ["--device", "cpu", "--dim", "32", "--layers", "1", "--heads", "2", "--amp", "off",

@@ -144,7 +144,7 @@ def _stop_analysis_worker(term: Terminal) -> None:
     def worker() -> psutil.Process | None:
         term.note_children()
         return next((c for c in term.children if _alive(c)
-                     and "probes.opstable" in " ".join(c.cmdline())), None)
+                     and "probes.traces.opstable" in " ".join(c.cmdline())), None)
 
     term.wait_until(lambda: worker() is not None, "the analysis worker")  # (notes children)
     found = worker()

@@ -7,8 +7,8 @@ import math
 import pytest
 from conftest import wait_until
 
-from probes.control import RunControl
-from probes.hooks import StepHook
+from probes.control.requests import RunControl
+from probes.instruments.hooks import StepHook
 from probes.records import STEP_FIELDS, StepSample
 from probes.runfolder import create_run_dir, read_metrics
 from trainer.loop import Trainer

@@ -10,9 +10,9 @@ import threading
 import pytest
 from conftest import wait_for
 
-from probes.control import RunControl
-from probes.control_socket import ControlServer, NotLive
-from probes.control_socket import request as send
+from probes.control.requests import RunControl
+from probes.control.unix_socket import ControlServer, NotLive
+from probes.control.unix_socket import request as send
 from probes.runfolder import create_run_dir, metrics_files
 
 

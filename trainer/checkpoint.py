@@ -1,6 +1,6 @@
 """memtop's weights file: a small header that says what model it is, and the state_dict.
 
-Saved by `memtop train` at the end of a run (probes/runfolder.py ``weights.pt``), read by
+Saved by `memtop train` at the end of a run (probes/runfolder/ ``weights.pt``), read by
 `memtop infer --weights RUN`. Reading uses ``torch.load(weights_only=True)``: tensors, dicts,
 lists and plain values only, never arbitrary pickled objects (docs/ARCHITECTURE.md). The header is
 checked before any tensor is used, so a foreign or mismatched file is refused in one sentence.
@@ -13,7 +13,7 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from probes.errors import MemtopError
+from probes.records.errors import MemtopError
 from probes.runfolder import atomic_path
 
 if TYPE_CHECKING:
@@ -34,7 +34,7 @@ def save_weights(model: GPT, path: Path, **info: Any) -> int:
     """Write header + state_dict atomically; returns the file's size in bytes."""
     import torch
 
-    from probes.sysinfo import memtop_version
+    from probes.counters.host import memtop_version
 
     header = {"format": FORMAT, "version": VERSION, "memtop": memtop_version(),
               "model": dataclasses.asdict(model.config), **info}

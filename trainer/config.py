@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
+from trainer.choices import AMP_MODES, ATTENTION_KINDS, LEAK_KINDS
 from trainer.corpus import corpus_bytes
 
 if TYPE_CHECKING:
@@ -20,9 +21,6 @@ if TYPE_CHECKING:
 
     from trainer.model import GPTConfig
 
-AMP_MODES = ("auto", "off", "bf16", "fp16")
-LEAK_KINDS = ("graph", "logits")
-ATTENTION_KINDS = ("explicit", "sdpa")  # explicit: B×nh×T×T scores stored; sdpa: fused kernel
 MAX_BLOCK_SIZE = 8192  # the causal mask is block_size² bools; the shipped text is ~8k bytes
 _DEVICE_RE = re.compile(r"^(auto|cpu|cuda|cuda:\d+)$")
 

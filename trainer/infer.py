@@ -24,17 +24,24 @@ import torch
 from torch.profiler import record_function
 
 from probes import records as R
-from probes.control import RunControl
-from probes.control_socket import ControlServer
-from probes.hooks import GPTShape, RunContext
-from probes.kvcache import DTYPE_BYTES, KV_FORMULA, admission, kv_bytes_per_token, kv_cache_bytes
-from probes.memory import MemoryProbe
-from probes.nvml import NvmlPoller
-from probes.recorder import RunRecorder, Sink
+from probes.control.requests import RunControl
+from probes.control.unix_socket import ControlServer
+from probes.counters.host import host_ram_bytes
+from probes.counters.memory import MemoryProbe
+from probes.counters.nvml import NvmlPoller
+from probes.counters.sysinfo import system_info
+from probes.instruments.hooks import GPTShape, RunContext
 from probes.records import StepSample
-from probes.report import percentile
 from probes.runfolder import socket_name
-from probes.sysinfo import host_ram_bytes, system_info
+from probes.runfolder.recorder import RunRecorder, Sink
+from probes.tools.kvcache import (
+    DTYPE_BYTES,
+    KV_FORMULA,
+    admission,
+    kv_bytes_per_token,
+    kv_cache_bytes,
+)
+from probes.tools.stats import percentile
 from trainer.background import BackgroundRun
 from trainer.data import load_corpus
 from trainer.infer_config import InferConfig, ModelSpec
@@ -361,7 +368,7 @@ class InferenceRunner(BackgroundRun):
         return self.control.stop_requested
 
     def _report(self) -> None:
-        from probes.report import write_report
+        from probes.analysis.report.build import write_report
 
         with contextlib.suppress(Exception):
             path = write_report(self.run_dir)

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from trainer.config import AMP_MODES, ATTENTION_KINDS, TrainConfig, check_device_text
+from trainer.choices import AMP_MODES, ATTENTION_KINDS
+from trainer.config import TrainConfig, check_device_text
 
 if TYPE_CHECKING:
     import torch

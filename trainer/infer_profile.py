@@ -14,8 +14,8 @@ import warnings
 from typing import Any
 
 from probes import records as R
-from probes.hooks import RunContext, StepTensors
-from probes.profwindow import ProfilerWindow
+from probes.instruments.hooks import RunContext, StepTensors
+from probes.instruments.profwindow import ProfilerWindow
 from probes.records import Event, StepSample
 
 

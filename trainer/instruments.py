@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from probes.hooks import StepHook
-from probes.monitor_setup import default_hooks
+from probes.instruments.hooks import StepHook
+from probes.monitor.setup import default_hooks
 from trainer.config import TrainConfig
 
 

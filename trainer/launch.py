@@ -27,9 +27,9 @@ import threading
 import time
 from pathlib import Path
 
-from probes.control_socket import NotLive
-from probes.control_socket import request as send_request
-from probes.ranks import agree_step
+from probes.control import agree_step
+from probes.control.unix_socket import NotLive
+from probes.control.unix_socket import request as send_request
 from probes.runfolder import TORCHRUN_LOG, socket_name
 from trainer.config import TrainConfig
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from trainer.config import LEAK_KINDS
+from trainer.choices import LEAK_KINDS
 
 LEAK_HINTS = {
     "graph": "a tensor that still holds its autograd graph is kept each step "

@@ -1,10 +1,10 @@
 """memtop's own AMP training loop: the mini-GPT on its own thread, watched through probes' Monitor.
 
-Step order follows the tutorial exactly: autocast region -> loss -> scaler.scale(loss).backward()
--> scaler.unscale_(optimizer) -> clip -> scaler.step -> scaler.update. Everything torch does happens
-on the training thread (model build included): torch work on the UI thread slows training ~3×.
-The Monitor (probes/monitor.py) does all the sampling, the instruments and the run folder, exactly
-as it does for anyone's loop; this file adds only the model, the data and the leak demo.
+Step order follows the tutorial exactly: autocast region -> loss -> scaler.scale(loss).backward() ->
+scaler.unscale_(optimizer) -> clip -> scaler.step -> scaler.update. Everything torch does happens on
+the training thread (model build included): torch work on the UI thread slows training ~3×. The
+Monitor (probes/monitor/monitor.py) does all the sampling, the instruments and the run folder,
+exactly as it does for anyone's loop; this file adds only the model, the data and the leak demo.
 """
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ import torch
 from torch.profiler import record_function
 
 from probes import records as R
-from probes.control import RunControl
-from probes.hooks import GPTShape, StepHook
-from probes.monitor import Monitor
-from probes.recorder import RunRecorder
+from probes.control.requests import RunControl
+from probes.instruments.hooks import GPTShape, StepHook
+from probes.monitor.monitor import Monitor
 from probes.records import Record
-from probes.runstate import RunState
+from probes.runfolder.recorder import RunRecorder
+from probes.runfolder.state import RunState
 from trainer.background import BackgroundRun
 from trainer.config import TrainConfig, resolve_amp
 from trainer.data import BatchSampler, load_corpus
@@ -92,7 +92,7 @@ class Trainer(BackgroundRun):
 
     @property
     def status(self) -> RunState:
-        """The run's state, folded from the records it wrote (probes/runstate.py)."""
+        """The run's state, folded from the records it wrote (probes/runfolder/state.py)."""
         return self.recorder.state
 
     def elapsed_s(self) -> float:
@@ -104,7 +104,7 @@ class Trainer(BackgroundRun):
         did not finish in time): kill the profiler's analysis child and seal metrics.jsonl
         with run_finished, from the calling thread. Whatever this thread writes later is
         dropped. False when the file could not be sealed (a row write hung)."""
-        from probes.opstable import kill_workers
+        from probes.traces.opstable import kill_workers
 
         kill_workers()
         mon = self.monitor

@@ -21,7 +21,7 @@ import torch
 import torch.nn as nn
 from torch.nn import functional as F
 
-from trainer.config import ATTENTION_KINDS
+from trainer.choices import ATTENTION_KINDS
 
 
 @dataclass

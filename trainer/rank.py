@@ -4,10 +4,10 @@
         -m trainer.rank --run-folder RUN --config '{...}'
 
 The launcher (trainer/launch.py, or your own ``torchrun`` on each node) makes the run folder and
-passes its path; every rank writes its own metrics-rank-K.jsonl there and rank 0 writes
-config.json (probes/recorder.py). The process group is gloo on CPU and NCCL on CUDA (one GPU per
-local rank); the model is wrapped in DistributedDataParallel. Requests reach each rank through
-its own socket; several ranks act on them at the same future step (docs/ARCHITECTURE.md).
+passes its path; every rank writes its own metrics-rank-K.jsonl there and rank 0 writes config.json
+(probes/runfolder/recorder.py). The process group is gloo on CPU and NCCL on CUDA (one GPU per local
+rank); the model is wrapped in DistributedDataParallel. Requests reach each rank through its own
+socket; several ranks act on them at the same future step (docs/ARCHITECTURE.md).
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     import torch.distributed as dist
 
-    from probes.control import RunControl
+    from probes.control.requests import RunControl
     from trainer.instruments import build_hooks
     from trainer.loop import Trainer
 

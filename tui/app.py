@@ -23,8 +23,8 @@ from textual.containers import Grid, Horizontal, Vertical
 
 from probes import records as R
 from probes.records import Event, Record, StepSample, switches_text
-from probes.ring import Ring
-from probes.runstate import RunState
+from probes.runfolder.state import RunState
+from probes.tools.ring import Ring
 from tui.app_actions import AppActions
 from tui.app_ranks import RanksView
 from tui.format import (
@@ -58,7 +58,7 @@ from tui.widgets.status_line import StatusLine
 from tui.widgets.top_ops import TopOpsTable
 
 if TYPE_CHECKING:
-    from probes.baseline import BaselineWatch
+    from probes.analysis.baseline import BaselineWatch
 
 REFRESH_S = 0.5  # 2 Hz: the rate docs/ARCHITECTURE.md records at 0.98 of headless throughput
 CHART_EVERY_S = 5.0  # plotext rebuilds cost ~30 ms: rarely
@@ -119,7 +119,9 @@ class MemtopApp(RanksView, AppActions, App[int]):
         self.view = "ranks" if self.ranks_mode else "chart"
         self.baseline: BaselineWatch | None = None  # `--baseline RUN`, from config.json
         if isinstance(self.config.get("baseline"), str) and self.config["baseline"]:
-            from probes.baseline import BaselineWatch  # only with --baseline: it loads a run
+            from probes.analysis.baseline import (
+                BaselineWatch,  # only with --baseline: it loads a run
+            )
 
             warmup = self.config.get("warmup_steps")
             self.baseline = BaselineWatch(self.config["baseline"],
@@ -487,7 +489,7 @@ class MemtopApp(RanksView, AppActions, App[int]):
         elif name == R.MEMORY_SNAPSHOT:
             self.notify(f"memory snapshot: {event.summary()}", timeout=6,
                         severity="error" if d.get("error") else "information")
-        elif name == R.HINT:  # each kind once a run (probes/hints.py): worth a long toast
+        elif name == R.HINT:  # each kind once a run (probes/instruments/hints.py): a long toast
             self.notify(f"{d.get('title')}: {d.get('why')}", title="hint", timeout=10)
         elif name == R.MEMORY_GUARD:
             self.error_banner.show_message(

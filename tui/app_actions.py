@@ -178,8 +178,9 @@ class AppActions:
 
     @work(thread=True, group="report", exclusive=True, exit_on_error=False)
     def _report_worker(self: Any) -> None:
-        """Off the event loop; files only (any run folder); probes.report serialises writers."""
-        from probes.report import write_report
+        """Off the event loop; files only (any run folder); probes/analysis/report/build.py
+        serialises writers."""
+        from probes.analysis.report.build import write_report
 
         try:
             path = write_report(self.run_dir)

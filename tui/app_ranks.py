@@ -1,6 +1,6 @@
 """The dashboard's side for several ranks (mixed into MemtopApp, tui/app.py): every rank's
 records feed the rank table, while the panes and chart follow rank 0; a failure names the rank
-that brought the run down (probes/ranks.py), over a peer's consequence."""
+that brought the run down (probes/analysis/ranks.py), over a peer's consequence."""
 
 from __future__ import annotations
 

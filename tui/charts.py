@@ -45,7 +45,7 @@ def loss_chart(curves: list[dict], color: bool = False, width: int = 78) -> str:
 def sweep_charts(data: dict, color: bool = False, width: int = 78) -> list[tuple[str, str]]:
     """Peak allocated vs T per series, measured points with the fitted a + b·T + c·T² drawn
     through them (explicit and sdpa on the same axes when both were swept); tokens/s vs T."""
-    from probes.sweep import OK, series_label, varied
+    from probes.analysis.sweep import OK, series_label, varied
 
     rows = [r for r in data["cells"] if r["status"] == OK]
     if not rows:

@@ -29,7 +29,7 @@ class _VersionAction(argparse.Action):
         super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
 
     def __call__(self, parser: argparse.ArgumentParser, *args: object) -> None:
-        from probes.sysinfo import memtop_version
+        from probes.counters.host import memtop_version
 
         print(f"memtop {memtop_version()}")  # on stdout, as argparse's own version action
         parser.exit()

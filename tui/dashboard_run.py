@@ -20,7 +20,7 @@ from typing import Any, NoReturn, TextIO
 from trainer.config import TrainConfig
 from tui.app import MemtopApp
 from tui.exit_guard import ExitGuard
-from tui.run_end import say
+from tui.output import say
 
 QUIT_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 SHUTDOWN_WAIT_S = 10.0  # after `q` pressed twice: how long the step in flight may take to end

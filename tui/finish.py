@@ -9,7 +9,7 @@ from typing import TextIO
 
 def finish_run(run_dir: Path, out: TextIO | None) -> Path | None:
     """Write report.md/report.json; a failure here never loses the metrics already written."""
-    from probes.report import write_report
+    from probes.analysis.report.build import write_report
 
     try:
         path = write_report(run_dir)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from probes.units import format_bytes, format_rate
+from probes.tools.units import format_bytes, format_rate
 
 NA = "n/a"
 

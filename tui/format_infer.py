@@ -8,14 +8,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from probes.records import StepSample
-from probes.units import format_bytes
+from probes.tools.stats import percentile
+from probes.tools.units import format_bytes
 from tui.format import NA, fit, format_ms, format_value
-
-
-def _pct(values: Sequence[float], q: float) -> float | None:
-    from probes.report import percentile
-
-    return percentile(list(values), q)
 
 
 def kv_lines(s: StepSample | None, block_size: int | None, width: int) -> tuple[str, str]:
@@ -42,12 +37,12 @@ def phase_lines(prefill: Sequence[StepSample], decode: Sequence[StepSample], wid
 
     ttft = [r.step_ms for r in prefill]
     dec = [r.step_ms for r in decode]
-    pre = f"prefill {rate(prefill)} tok/s  TTFT p50 {format_ms(_pct(ttft, 50))}"
-    dcd = (f"decode  {rate(decode)} tok/s  p50 {format_ms(_pct(dec, 50))} "
-           f"p95 {format_ms(_pct(dec, 95))}/token")
+    pre = f"prefill {rate(prefill)} tok/s  TTFT p50 {format_ms(percentile(ttft, 50))}"
+    dcd = (f"decode  {rate(decode)} tok/s  p50 {format_ms(percentile(dec, 50))} "
+           f"p95 {format_ms(percentile(dec, 95))}/token")
     if len(dcd) > width:
-        dcd = (f"decode  {rate(decode)} tok/s  p50/p95 {format_ms(_pct(dec, 50))}/"
-               f"{format_ms(_pct(dec, 95))}").replace(" ms/", "/")
+        dcd = (f"decode  {rate(decode)} tok/s  p50/p95 {format_ms(percentile(dec, 50))}/"
+               f"{format_ms(percentile(dec, 95))}").replace(" ms/", "/")
     return fit(pre, width), fit(dcd, width)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from probes.units import format_bytes
+from probes.tools.units import format_bytes
 from tui.format import format_duration, format_steps, format_us
 
 # ---- leak alerts ----------------------------------------------------------------------------
@@ -207,7 +207,7 @@ def baseline_text(name: str, base: dict[str, Any], now: dict[str, Any],
     """'vs baseline NAME: tok/s 4.3k (+27%) │ step p50 14.8 ms (-22%) │ peak 112 MiB (-1%)'.
 
     Before the first measured step the baseline's own figures are shown instead."""
-    from probes.units import format_rate
+    from probes.tools.units import format_rate
     from tui.format import fit, format_ms
 
     fmt = {"tokens_per_s": ("tok/s", format_rate), "step_ms": ("step p50", format_ms),

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from probes import records as R
-from probes.control import RunControl
+from probes.control.requests import RunControl
 from probes.records import Event, Record, StepSample
-from probes.units import format_bytes, format_rate
+from probes.tools.units import format_bytes, format_rate
 from trainer.config import TrainConfig
 
 EXIT_SIGINT = 130
@@ -41,7 +41,7 @@ def throughput_text(s: StepSample) -> str:
 
 
 def format_event_line(e: Event) -> str:
-    """`== kind at step N  <the kind's sentence>` (probes/records.py defines each kind)."""
+    """`== kind at step N  <the kind's sentence>` (probes/records/events.py defines each kind)."""
     return f"== {e.event} at step {e.step}  {e.summary()}".rstrip()
 
 

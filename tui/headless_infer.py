@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import TextIO
 
 from probes import records as R
-from probes.control import RunControl
+from probes.control.requests import RunControl
 from probes.records import Record, StepSample
-from probes.units import format_bytes, format_rate
+from probes.tools.units import format_bytes, format_rate
 from tui.headless import drive, format_event_line
 
 

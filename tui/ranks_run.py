@@ -3,7 +3,7 @@
 The ranks write the run folder (trainer/rank.py); this process follows it like `memtop view`
 does: headless, one line per rank every few steps; with the dashboard, the viewer app over the
 folder, whose `q` ends every rank together (trainer/launch.py). At the end: which rank failed
-and why (probes/ranks.py), and one report for all ranks.
+and why (probes/analysis/ranks.py), and one report for all ranks.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from probes.ranks import failure_text, rank_ends, read_process_exits
+from probes.analysis.ranks import failure_text, rank_ends, read_process_exits
 from probes.records import Record, StepSample
 from probes.runfolder import TORCHRUN_LOG, metrics_files
 from trainer.config import TrainConfig
@@ -28,7 +28,7 @@ from tui.headless import (
     format_event_line,
     format_step_line,
 )
-from tui.run_end import say
+from tui.output import say
 
 POLL_S = 0.2
 START_TIMEOUT_S = 180.0  # until a rank has written its first row (imports, rendezvous)

@@ -5,25 +5,18 @@ once, and a bounded wait that says on the terminal what it is waiting for. No Te
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from probes.control import RunControl
+from probes.control.requests import RunControl
 from tui.finish import finish_run
+from tui.output import say
 
 if TYPE_CHECKING:
     from trainer.loop import Trainer
-
-
-def say(out: TextIO | None, text: str) -> None:
-    """One line for the user on the restored terminal; silent when it has hung up."""
-    if out is not None:
-        with contextlib.suppress(OSError, ValueError):
-            print(text, file=out, flush=True)
 
 
 class RunEnd:
@@ -97,7 +90,7 @@ class RunEnd:
         if self.trainer.alive:
             self.abandon(reason)
         else:
-            from probes.opstable import kill_workers
+            from probes.traces.opstable import kill_workers
 
             kill_workers()  # a window's idle worker, if the trainer did not reap it
         done = threading.Thread(target=self.finish, name="memtop-report-now", daemon=True)

@@ -15,12 +15,11 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from probes.control import REQUESTS, Request, RunControl
-from probes.control_socket import NotLive
-from probes.control_socket import request as send_request
-from probes.ranks import agree_step
+from probes.control import agree_step
+from probes.control.requests import REQUESTS, Request, RunControl
+from probes.control.unix_socket import NotLive
+from probes.control.unix_socket import request as send_request
 from probes.records import Record, StepSample, record_from_json
-from probes.ring import Ring
 from probes.runfolder import (
     Follower,
     check_run_folder,
@@ -29,7 +28,8 @@ from probes.runfolder import (
     read_history,
     socket_name,
 )
-from probes.runstate import RunState
+from probes.runfolder.state import RunState
+from probes.tools.ring import Ring
 from trainer.background import BackgroundRun
 
 
@@ -309,7 +309,7 @@ class FolderSource(RunSource):
 class LaunchSource(FolderSource):
     """The folder of ranks this process launched (`memtop train --nproc N`): followed like a
     viewer's, live while torchrun runs; once it has ended, ``failure`` says which rank failed
-    and why (probes/ranks.py)."""
+    and why (probes/analysis/ranks.py)."""
 
     def __init__(self, launch: Any) -> None:
         super().__init__(launch.run_dir, expected_ranks=launch.nproc)
@@ -336,7 +336,12 @@ class LaunchSource(FolderSource):
         if not self._ended and not self.launch.running:
             self._ended = True
             out += super().poll()  # what the ranks wrote last
-            from probes.ranks import failed_rank, failure_text, rank_ends, read_process_exits
+            from probes.analysis.ranks import (
+                failed_rank,
+                failure_text,
+                rank_ends,
+                read_process_exits,
+            )
 
             ends, exits = rank_ends(self.run_dir), read_process_exits(self.run_dir)
             self.failure = failure_text(ends, exits)

@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from probes.sweep import OK, Cell, cell_result, not_run_row, write_outputs
-from probes.units import format_bytes, format_rate
-from tui.commands.argtypes import say_all
+from probes.analysis.sweep import OK, Cell, cell_result, not_run_row, write_outputs
+from probes.tools.units import format_bytes, format_rate
 from tui.format import format_clock
+from tui.output import say_all
 
 CHILD_STOP_WAIT_S = 60.0  # after Ctrl-C: how long the cell in flight may take to stop
 EXIT_SIGINT = 130
@@ -208,7 +208,7 @@ def run_sweep(plan: SweepPlan, out: TextIO | None = None, tty: bool | None = Non
     data = write_outputs(plan.folder, final, rows)
     md_charts = charts(data, False) if callable(charts) else []
     data = write_outputs(plan.folder, final, rows, md_charts)
-    from probes.sweep import render_markdown
+    from probes.analysis.sweep import render_markdown
 
     text = render_markdown(data, charts(data, tty) if callable(charts) else [])
     text += (f"memtop: wrote {plan.folder}/sweep.md, sweep.json and sweep.csv in "

@@ -44,7 +44,7 @@ def int_arg(text: str) -> int:
 
 
 def size_arg(text: str) -> int:
-    from probes.units import parse_size
+    from probes.tools.units import parse_size
 
     try:
         return parse_size(text)
@@ -61,17 +61,3 @@ def default_of(cls: type, name: str) -> Any:
             if f.default_factory is not dataclasses.MISSING:
                 return f.default_factory()
     raise KeyError(name)
-
-
-def say_all(text: str) -> None:
-    """Print to stdout; a reader that went away (`| head`) ends the output, not the command."""
-    import os
-    import sys
-
-    try:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-    except BrokenPipeError:
-        devnull = os.open(os.devnull, os.O_WRONLY)  # so the exit flush prints no traceback
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)

@@ -10,7 +10,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tui.commands.argtypes import UsageError, say_all
+from tui.commands.argtypes import UsageError
+from tui.output import say_all
 
 EXIT_GATE = 1
 
@@ -26,7 +27,7 @@ def _pct(text: str) -> float:
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    from probes.compare_windows import DEFAULT_LOSS_TOLERANCE
+    from probes.analysis.compare.windows import DEFAULT_LOSS_TOLERANCE
 
     p = sub.add_parser("compare", help="compare runs against a baseline: speed, peaks, loss",
                        description="Compare run folders against the first one (the baseline): "
@@ -54,8 +55,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from probes.compare import compare_runs, gate
-    from probes.compare_text import render_markdown
+    from probes.analysis.compare.compare import compare_runs, gate
+    from probes.analysis.compare.text import render_markdown
     from probes.runfolder import RunFolderError, write_json, write_text
     from tui.charts import loss_chart
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from trainer.config import AMP_MODES, ATTENTION_KINDS
+from trainer.choices import AMP_MODES, ATTENTION_KINDS
 from trainer.infer_config import PROFILE_PHASES, InferConfig
 from tui.commands.argtypes import UsageError, default_of, int_arg, size_arg
 
@@ -92,11 +92,11 @@ def run(args: argparse.Namespace) -> int:
         spec = prepare_model(config)
     except ValueError as exc:  # CheckpointError and RunFolderError are ValueErrors too
         raise UsageError(f"memtop infer: {exc}") from None
-    from probes.runfolder import RunDirError, create_run_dir
+    from probes.runfolder import RunFolderError, create_run_dir
 
     try:
         run_dir = create_run_dir(config.run_dir)
-    except RunDirError as exc:
+    except RunFolderError as exc:
         raise UsageError(f"memtop infer: {exc}") from None
     if spec.warning:
         print(f"memtop infer: warning: {spec.warning}", file=sys.stderr, flush=True)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from tui.commands.argtypes import EXIT_USAGE
 
 if TYPE_CHECKING:
-    from probes.runlist import RunSummary
+    from probes.analysis.runlist import RunSummary
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -23,8 +23,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def format_row(s: RunSummary) -> str:
     """One run's line, under HEADER's columns."""
-    from probes.runlist import started_text
-    from probes.units import format_bytes, format_rate
+    from probes.analysis.runlist import started_text
+    from probes.tools.units import format_bytes, format_rate
 
     rate = f"{format_rate(s.throughput)} {s.throughput_unit}" if s.throughput else "n/a"
     device = (s.device or "n/a") + (f" x{s.ranks}" if s.ranks > 1 else "")
@@ -40,8 +40,8 @@ HEADER = (f"{'RUN':<24} {'STATE':<11} {'STEPS':>7} {'DEVICE':<8} {'AMP':<4} "
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from probes.analysis.runlist import summarize_run
     from probes.runfolder import find_runs, is_run_folder
-    from probes.runlist import summarize_run
 
     root = Path(args.folder)
     if not root.is_dir():

@@ -79,7 +79,7 @@ def command_text(args: argparse.Namespace) -> str:
 def plan_from_args(args: argparse.Namespace) -> SweepPlan:
     """Validated cells and settings; ValueError (one sentence) on any bad value, before any
     cell runs."""
-    from probes.sweep import grid, parse_list
+    from probes.analysis.sweep import grid, parse_list
     from tui.sweep_runner import SweepPlan
 
     axes = {"batch_size": parse_list(args.batch_size, "--batch-size"),

@@ -9,7 +9,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from trainer.config import AMP_MODES, ATTENTION_KINDS, LEAK_KINDS, TrainConfig
+from trainer.choices import AMP_MODES, ATTENTION_KINDS, LEAK_KINDS
+from trainer.config import TrainConfig
 from tui.commands.argtypes import UsageError, default_of, int_arg, size_arg
 
 HEADLESS_STEPS = default_of(TrainConfig, "steps")  # the dashboard runs until stopped instead
@@ -134,7 +135,7 @@ def check_baseline(config: TrainConfig) -> None:
     """--baseline must be a readable run folder; stored absolute, so the report finds it."""
     if config.baseline is None:
         return
-    from probes.baseline import load_baseline
+    from probes.analysis.baseline import load_baseline
     from probes.runfolder import RunFolderError
 
     try:
@@ -161,11 +162,11 @@ def run(args: argparse.Namespace) -> int:
             check_ranks(config)
     except ValueError as exc:
         raise UsageError(f"memtop train: {exc}") from None
-    from probes.runfolder import RunDirError, create_run_dir
+    from probes.runfolder import RunFolderError, create_run_dir
 
     try:
         run_dir = create_run_dir(config.run_dir)
-    except RunDirError as exc:
+    except RunFolderError as exc:
         raise UsageError(f"memtop train: {exc}") from None
     if config.nproc > 1:
         from tui.ranks_run import run_ranks_dashboard, run_ranks_headless

@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
     from tui.app import MemtopApp
     from tui.dashboard_run import quit_on_signals, terminal_detacher, terminal_restorer
     from tui.exit_guard import ExitGuard
-    from tui.run_end import say
+    from tui.output import say
 
     try:
         app = MemtopApp.for_folder(run_dir)

@@ -109,7 +109,7 @@ COMMON = (
 
 
 def hints_text(device_type: str) -> str:
-    """The live hints (probes/records.py HINTS), those that cannot appear here marked so."""
+    """The live hints (probes/records/hints.py HINTS), those that cannot appear here marked so."""
     lines = ["[b]Live hints[/b] (each shown once a run, and logged as a hint event):"]
     for h in HINTS:
         where = "" if h.devices in ("any", device_type) else f" ({h.devices.upper()} only)"

@@ -24,6 +24,7 @@ class MetricPane(LinePane):
         self.short_label = short_label
         self.kind = kind
         self.history: deque[float] = deque(maxlen=HISTORY)
+        self.taken = 0  # values taken over the run (the history keeps the last HISTORY)
         self.current: float | None = None
         self.note: str | None = None  # replaces the min/max line (e.g. skipped steps)
         self._dirty = True
@@ -39,6 +40,7 @@ class MetricPane(LinePane):
         for v in values:
             if v is not None:
                 self.history.append(float(v))
+                self.taken += 1
         self.current = values[-1]
         self._dirty = True
 

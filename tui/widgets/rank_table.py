@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from textual.widgets import Static
 
 from probes.records import StepSample
-from probes.units import format_bytes, format_rate
+from probes.tools.units import format_bytes, format_rate
 from tui.format import NA, fit, format_ms
 
 RECENT_STEPS = 20  # step time per rank: median of the last steps (one step is noisy)

@@ -1,0 +1,373 @@
+"""A/B comparison of run folders (tutorial §6.1 and §6.2): what changed between the runs, whether
+the later ones are faster or smaller beyond the noise, and whether a lower precision still trains
+the same. Also the headline figures of one run, which `memtop sweep` and `--baseline` read.
+
+Pure: run folders are read with probes/runfolder/; results are JSON-able dicts. No torch, no
+Textual. The rules (noise, tolerance) are stated in the result, so the report says what it did.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from probes import records as R
+from probes.analysis.compare.windows import DEFAULT_LOSS_TOLERANCE, profile_windows, windows_summary
+from probes.analysis.measured import measured_steps
+from probes.records import finite_num, record_from_json
+from probes.runfolder import (
+    RunFolderError,
+    check_run_folder,
+    metrics_files,
+    read_config,
+    read_rows,
+)
+from probes.runfolder.state import RunState
+from probes.tools.stats import band, percentile
+
+IGNORED_VARIABLES = ("run_dir", "baseline")  # where it was written, what it compares with
+MODEL_KEYS = ("layers", "heads", "dim")  # a different model needs --force to be compared
+BOOTSTRAP_RESAMPLES = 2000
+BOOTSTRAP_MAX_ROWS = 5000  # longer runs are thinned evenly before resampling
+LOSS_WINDOW = 10
+NOISE_RULE = ("median over the measured steps (after warmup, profiler-window steps left out), "
+              "band = p25-p75 of the per-step values; the change is the ratio of the medians "
+              f"with a 95% bootstrap interval ({BOOTSTRAP_RESAMPLES} resamples of the per-step "
+              "rows); a change is measurable only when the interval excludes 1 and B's median "
+              "lies outside A's p25-p75 band, otherwise it is called \"no measurable "
+              "difference\". The interval is the noise within each run; a repeated "
+              "baseline (a run with nothing changed, given after A) measures the "
+              "run-to-run noise of a shared machine, and a change no larger than it is "
+              "also called no measurable difference.")
+
+
+class CompareError(RunFolderError):
+    """The runs cannot be compared as asked (different models, too few runs): exit 2."""
+
+
+@dataclass
+class RunFigures:
+    """One run folder's figures, as a comparison or a sweep cell needs them."""
+
+    run_dir: Path
+    config: dict[str, Any]
+    variables: dict[str, Any]  # config.json without IGNORED_VARIABLES; amp/device as resolved
+    params: int | None
+    outcome: str  # finished | stopped | interrupted | failed | live | empty
+    reason: str | None
+    error_type: str | None
+    memory_guard: bool  # --max-memory stopped it
+    steps_recorded: int
+    stats_over: str
+    tokens_per_s: list[float]  # per measured step
+    step_ms: list[float]
+    peak_allocated_bytes: int | None
+    peak_reserved_bytes: int | None
+    driver_peak_bytes: int | None
+    skipped_steps: int
+    losses: dict[int, float] = field(default_factory=dict)  # step -> finite loss
+    windows: list[dict[str, Any]] = field(default_factory=list)  # profiler windows taken
+
+    @property
+    def name(self) -> str:
+        return self.run_dir.name
+
+    def headline(self) -> dict[str, Any]:
+        """The figures `--baseline` and the sweep table show, JSON-able."""
+        return {"run_dir": str(self.run_dir), "outcome": self.outcome, "reason": self.reason,
+                "steps": self.steps_recorded, "measured_steps": len(self.step_ms),
+                "stats_over": self.stats_over,
+                "tokens_per_s": band(self.tokens_per_s), "step_ms": band(self.step_ms),
+                "step_ms_p95": percentile(self.step_ms, 95),
+                "peak_allocated_bytes": self.peak_allocated_bytes,
+                "peak_reserved_bytes": self.peak_reserved_bytes,
+                "driver_peak_bytes": self.driver_peak_bytes,
+                "skipped_steps": self.skipped_steps,
+                "final_loss": self.losses[max(self.losses)] if self.losses else None,
+                "amp": self.variables.get("amp"), "device": self.variables.get("device")}
+
+
+def _max(rows: list[dict[str, Any]], key: str) -> int | None:
+    vals = [v for v in (finite_num(r.get(key)) for r in rows) if v is not None]
+    return int(max(vals)) if vals else None
+
+
+def load_run(path: str | Path) -> RunFigures:
+    """A run folder's figures; RunFolderError (one sentence) when it is not a readable run."""
+    run_dir = check_run_folder(path)
+    files = metrics_files(run_dir)
+    if not files:
+        raise RunFolderError(f"{run_dir} has no metrics.jsonl: the run never started")
+    rows = read_rows(next(iter(files.values())))  # a lone process, or the first rank
+    steps = sorted(rows.steps, key=lambda r: r["step"])
+    state = RunState()
+    for row in rows.rows:
+        with contextlib.suppress(ValueError):
+            state.apply(record_from_json(row))
+    if not state.records:
+        raise RunFolderError(f"{run_dir} holds no readable rows")
+    config = read_config(run_dir)
+    warmup = config.get("warmup_steps", 0)
+    warmup = warmup if isinstance(warmup, int) and warmup >= 0 else 0
+    measured, over = measured_steps(steps, warmup) if steps else ([], "no steps")
+    variables = {k: v for k, v in config.items() if k not in IGNORED_VARIABLES}
+    if state.amp:
+        variables["amp"] = state.amp  # "auto" resolves differently per machine: compare what ran
+    if state.device:
+        variables["device"] = state.device
+    error = next((e for e in rows.events if e.get("event") == R.ERROR), None)
+    after_reset = [r for r in steps if r["step"] >= max(warmup, 1)] or steps
+    last = steps[-1] if steps else {}
+    skipped = last.get("skipped_steps")
+    losses = {r["step"]: v for r in steps if (v := finite_num(r.get("loss"))) is not None}
+    return RunFigures(
+        run_dir=run_dir, config=config, variables=variables,
+        params=state.params if isinstance(state.params, int) and state.params else None,
+        outcome=state.outcome, reason=state.error or state.stop_reason,
+        error_type=str(error.get("error_type")) if error else None,
+        memory_guard=any(e.get("event") == R.MEMORY_GUARD for e in rows.events),
+        steps_recorded=len(steps), stats_over=over,
+        tokens_per_s=[v for r in measured if (v := finite_num(r.get("tokens_per_s"))) is not None],
+        step_ms=[v for r in measured if (v := finite_num(r.get("step_ms"))) is not None],
+        peak_allocated_bytes=_max(after_reset, "peak_allocated_bytes"),
+        peak_reserved_bytes=_max(after_reset, "reserved_bytes"),
+        driver_peak_bytes=_max(steps, "driver_used_bytes"),
+        skipped_steps=skipped if isinstance(skipped, int) and skipped >= 0 else 0,
+        losses=losses, windows=profile_windows(rows.events, steps, run_dir))
+
+
+# ---- the rules ---------------------------------------------------------------------------------
+def changed_variables(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
+    """[{name, a, b}] for every variable whose value differs (a missing one reads as None)."""
+    names = sorted(set(a) | set(b))
+    return [{"name": k, "a": a.get(k), "b": b.get(k)} for k in names if a.get(k) != b.get(k)]
+
+
+def one_variable_warning(changed: list[dict[str, Any]]) -> str | None:
+    """§6.1: a change can be put down to one cause only when one variable changed."""
+    if len(changed) <= 1:
+        return None
+    names = ", ".join(c["name"] for c in changed)
+    return (f"{len(changed)} variables changed ({names}): a difference cannot be put down to "
+            "any one of them (tutorial §6.1: change one variable at a time)")
+
+
+def model_difference(a: RunFigures, b: RunFigures) -> str | None:
+    """A sentence when the two runs train different models; None when they are the same."""
+    diffs = [f"{k} {a.config.get(k)} vs {b.config.get(k)}" for k in MODEL_KEYS
+             if a.config.get(k) != b.config.get(k)]
+    if not diffs and a.params and b.params and a.params != b.params:
+        diffs.append(f"params {a.params} vs {b.params}")
+    return ", ".join(diffs) or None
+
+
+def _thin(values: list[float]) -> Any:
+    import numpy as np
+
+    arr = np.asarray(values, dtype=float)
+    if arr.size > BOOTSTRAP_MAX_ROWS:
+        arr = arr[np.linspace(0, arr.size - 1, BOOTSTRAP_MAX_ROWS).astype(int)]
+    return arr
+
+
+def median_ratio(a: list[float], b: list[float], seed: int = 0) -> dict[str, Any] | None:
+    """b's median over a's, with a 95% bootstrap interval. Measurable only when both noise
+    views agree: the interval excludes 1 and b's median lies outside a's p25-p75 band (the
+    within-run bootstrap alone is too narrow: step times drift with the machine's load)."""
+    import numpy as np
+
+    if len(a) < 2 or len(b) < 2:
+        return None
+    xa, xb = _thin(a), _thin(b)
+    ma, mb = float(np.median(xa)), float(np.median(xb))
+    if ma <= 0:
+        return None
+    rng = np.random.default_rng(seed)
+    ra = np.median(xa[rng.integers(0, xa.size, (BOOTSTRAP_RESAMPLES, xa.size))], axis=1)
+    rb = np.median(xb[rng.integers(0, xb.size, (BOOTSTRAP_RESAMPLES, xb.size))], axis=1)
+    ratios = rb / np.where(ra > 0, ra, np.nan)
+    lo, hi = (float(x) for x in np.nanpercentile(ratios, [2.5, 97.5]))
+    p25, p75 = (float(x) for x in np.percentile(xa, [25, 75]))
+    outside = not (p25 <= mb <= p75)
+    return {"a": ma, "b": mb, "ratio": mb / ma, "low": lo, "high": hi,
+            "outside_band": outside, "measurable": outside and not (lo <= 1.0 <= hi)}
+
+
+def speed_verdict(change: dict[str, Any] | None, higher_is_better: bool = True) -> str:
+    """'1.830x the baseline, faster (95% interval 1.79-1.88)' or 'no measurable difference: ...'.
+
+    ``change`` is B over A (median_ratio); ``higher_is_better`` says which way is faster.
+    """
+    if change is None:
+        return "n/a (too few measured steps)"
+    r, lo, hi = change["ratio"], change["low"], change["high"]
+    text = f"{r:.3f}x the baseline (95% interval {lo:.3f}-{hi:.3f})"
+    if not change["measurable"]:
+        return "no measurable difference: " + text
+    faster = (r > 1) == higher_is_better
+    return text + (", faster" if faster else ", slower")
+
+
+def _smoothed(losses: dict[int, float], steps: list[int], window: int) -> list[float]:
+    vals = [losses[s] for s in steps]
+    out, total = [], 0.0
+    for i, v in enumerate(vals):
+        total += v
+        if i >= window:
+            total -= vals[i - window]
+        out.append(total / min(i + 1, window))
+    return out
+
+
+def loss_agreement(a: dict[int, float], b: dict[int, float],
+                   tolerance: float = DEFAULT_LOSS_TOLERANCE,
+                   window: int = LOSS_WINDOW) -> dict[str, Any]:
+    """§6.2: the loss curves, each a trailing ``window``-step mean, agree within ``tolerance``
+    (relative to the first run) over the common steps; where they part if they do.
+
+    Per-step equality is not asked for: the order of floating-point operations differs between
+    precisions; the trend and the final value are what must hold.
+    """
+    common = sorted(set(a) & set(b))
+    out: dict[str, Any] = {"tolerance": tolerance, "window": window, "common_steps": len(common),
+                           "agree": None, "parted_at_step": None, "max_rel_diff": None,
+                           "final_rel_diff": None}
+    if not common:
+        return out
+    sa, sb = _smoothed(a, common, window), _smoothed(b, common, window)
+    diffs = [abs(y - x) / abs(x) if x else math.inf for x, y in zip(sa, sb, strict=True)]
+    parted = next((common[i] for i, d in enumerate(diffs) if d > tolerance), None)
+    out.update(agree=parted is None, parted_at_step=parted, max_rel_diff=max(diffs),
+               final_rel_diff=diffs[-1], final_a=sa[-1], final_b=sb[-1])
+    if parted is not None:
+        i = common.index(parted)
+        out.update(loss_a_at_part=sa[i], loss_b_at_part=sb[i])
+    return out
+
+
+def _decreasing(losses: dict[int, float], window: int = LOSS_WINDOW) -> bool | None:
+    steps = sorted(losses)
+    if len(steps) < 2 * window:
+        return None
+    first = sum(losses[s] for s in steps[:window]) / window
+    last = sum(losses[s] for s in steps[-window:]) / window
+    return last < first
+
+
+# ---- the comparison ----------------------------------------------------------------------------
+def compare_figures(a: RunFigures, b: RunFigures,
+                    tolerance: float = DEFAULT_LOSS_TOLERANCE) -> dict[str, Any]:
+    """B against the baseline A: changes, speed with its noise, peaks, skipped steps, losses."""
+    changed = changed_variables(a.variables, b.variables)
+    tps = median_ratio(a.tokens_per_s, b.tokens_per_s)
+    ms = median_ratio(a.step_ms, b.step_ms)
+
+    def ratio(x: int | None, y: int | None) -> float | None:
+        return y / x if x and y is not None else None
+
+    out: dict[str, Any] = {
+        "run": str(b.run_dir), "changed": changed, "warning": one_variable_warning(changed),
+        "tokens_per_s": tps, "tokens_per_s_verdict": speed_verdict(tps),
+        "step_ms": ms, "step_ms_verdict": speed_verdict(ms, higher_is_better=False),
+        "peaks": {k: {"a": getattr(a, k), "b": getattr(b, k),
+                      "ratio": ratio(getattr(a, k), getattr(b, k))}
+                  for k in ("peak_allocated_bytes", "peak_reserved_bytes", "driver_peak_bytes")},
+        "skipped_steps": {"a": a.skipped_steps, "b": b.skipped_steps},
+        "loss": loss_agreement(a.losses, b.losses, tolerance),
+        "precision_check": None,
+        "profiler": None,
+    }
+    if a.windows or b.windows:
+        wa, wb = windows_summary(a.windows), windows_summary(b.windows)
+        out["profiler"] = {"a": wa, "b": wb, "active_step_ms": median_ratio(
+            [v for w in a.windows for v in w["active_step_ms"]],
+            [v for w in b.windows for v in w["active_step_ms"]])}
+    amp_a, amp_b = a.variables.get("amp"), b.variables.get("amp")
+    if amp_a != amp_b:
+        out["precision_check"] = {
+            "amp": [amp_a, amp_b],
+            "finite": {"a": a.error_type is None, "b": b.error_type is None},
+            "errors": {"a": a.reason if a.error_type else None,
+                       "b": b.reason if b.error_type else None},
+            "decreasing": {"a": _decreasing(a.losses), "b": _decreasing(b.losses)},
+            "agreement": out["loss"]}
+    return out
+
+
+def compare_runs(paths: list[str | Path], force: bool = False,
+                 tolerance: float = DEFAULT_LOSS_TOLERANCE) -> dict[str, Any]:
+    """The first run is the baseline; every other is compared with it. CompareError / a
+    RunFolderError (one sentence each) when they cannot be."""
+    if len(paths) < 2:
+        raise CompareError("compare needs at least two run folders (the first is the baseline)")
+    runs = [load_run(p) for p in paths]
+    base = runs[0]
+    for other in runs[1:]:
+        diff = model_difference(base, other)
+        if diff and not force:
+            raise CompareError(f"{base.name} and {other.name} train different models ({diff}); "
+                               "pass --force to compare them anyway")
+    comparisons = [compare_figures(base, r, tolerance) for r in runs[1:]]
+    return {"baseline": base.headline(), "runs": [r.headline() for r in runs[1:]],
+            "comparisons": comparisons, "run_to_run_noise": apply_run_to_run_noise(comparisons),
+            "noise_rule": NOISE_RULE, "loss_tolerance": tolerance,
+            "loss_curves": [loss_curve(r) for r in runs]}
+
+
+def loss_curve(run: RunFigures, points: int = 400) -> dict[str, Any]:
+    """The run's loss per step, thinned evenly to about ``points`` for charts."""
+    steps = sorted(run.losses)
+    stride = max(1, math.ceil(len(steps) / points))
+    kept = steps[::stride]
+    return {"run": run.name, "steps": kept, "loss": [run.losses[s] for s in kept]}
+
+
+def apply_run_to_run_noise(comparisons: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """A repeated baseline (a run with nothing changed: A/A) measures the run-to-run noise that
+    the per-step interval cannot see. A change no larger than the A/A difference is then
+    called no measurable difference either. None when no A/A run was given."""
+    aa = [c for c in comparisons if not c["changed"]]
+    if not aa:
+        return None
+    floor: dict[str, Any] = {"from": [Path(c["run"]).name for c in aa]}
+    for key, better in (("tokens_per_s", True), ("step_ms", False)):
+        devs = [abs(c[key]["ratio"] - 1) for c in aa if c[key] is not None]
+        floor[key] = max(devs) if devs else None
+        for c in comparisons:
+            change = c[key]
+            if c in aa or change is None or floor[key] is None:
+                continue
+            change["within_run_to_run_noise"] = abs(change["ratio"] - 1) <= floor[key]
+            if change["within_run_to_run_noise"] and change["measurable"]:
+                change["measurable"] = False
+            c[f"{key}_verdict"] = speed_verdict(change, better) + (
+                f" (A/A run-to-run noise ±{floor[key]:.1%})"
+                if change["within_run_to_run_noise"] else "")
+    return floor
+
+
+def gate(result: dict[str, Any], slower_pct: float | None,
+         bigger_pct: float | None) -> list[str]:
+    """Sentences for each run that is measurably slower by more than ``slower_pct`` % (tokens/s,
+    else step time) or whose peak allocated is more than ``bigger_pct`` % above the baseline."""
+    failures = []
+    for c in result["comparisons"]:
+        name = Path(c["run"]).name
+        if slower_pct is not None:
+            tps, ms = c["tokens_per_s"], c["step_ms"]
+            slow = None
+            if tps is not None:
+                slow = (1 - tps["ratio"]) * 100 if tps["measurable"] else 0.0
+            elif ms is not None:
+                slow = (ms["ratio"] - 1) * 100 if ms["measurable"] else 0.0
+            if slow is not None and slow > slower_pct:
+                failures.append(f"{name} is {slow:.1f}% slower than the baseline "
+                                f"(--fail-if-slower {slower_pct:g})")
+        peak = c["peaks"]["peak_allocated_bytes"]["ratio"]
+        if bigger_pct is not None and peak is not None and (peak - 1) * 100 > bigger_pct:
+            failures.append(f"{name}'s peak allocated is {(peak - 1) * 100:.1f}% above the "
+                            f"baseline's (--fail-if-bigger {bigger_pct:g})")
+    return failures

@@ -1,0 +1,150 @@
+"""Words for `memtop compare`: compare.md (also what the terminal shows) from compare_runs()."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from probes.tools.tables import markdown_table
+from probes.tools.units import format_bytes, format_rate
+
+
+def _band(b: dict[str, Any] | None, fmt: Any) -> str:
+    if b is None:
+        return "n/a"
+    return f"{fmt(b['median'])} [{fmt(b['p25'])}-{fmt(b['p75'])}]"
+
+
+def _ms(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.1f}"
+
+
+def _pct(ratio: float | None) -> str:
+    return "n/a" if ratio is None else f"{(ratio - 1) * 100:+.1f}%"
+
+
+def _loss(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.4f}"
+
+
+def run_rows(runs: list[dict[str, Any]]) -> list[str]:
+    """One column per run (A first), one row per figure: fits 80 columns for a few runs."""
+    tags = [f"{'A' if i == 0 else chr(ord('A') + i)}: {Path(r['run_dir']).name}"
+            for i, r in enumerate(runs)]
+    figures = [
+        ("outcome", lambda r: r["outcome"]), ("steps", lambda r: str(r["steps"])),
+        ("amp", lambda r: str(r["amp"] or "n/a")),
+        ("tokens/s p50 [p25-p75]", lambda r: _band(r["tokens_per_s"], format_rate)),
+        ("step ms p50 [p25-p75]", lambda r: _band(r["step_ms"], _ms)),
+        ("step ms p95", lambda r: _ms(r["step_ms_p95"])),
+        ("peak allocated", lambda r: format_bytes(r["peak_allocated_bytes"])),
+        ("peak reserved", lambda r: format_bytes(r["peak_reserved_bytes"])),
+        ("driver peak", lambda r: format_bytes(r["driver_peak_bytes"])),
+        ("skipped steps", lambda r: str(r["skipped_steps"])),
+        ("final loss", lambda r: _loss(r["final_loss"]))]
+    return markdown_table(["", *tags],
+                          [[name, *(f(r) for r in runs)] for name, f in figures]).split("\n")
+
+
+def _agreement_lines(loss: dict[str, Any]) -> list[str]:
+    tol, win = loss["tolerance"], loss["window"]
+    if loss["agree"] is None:
+        return ["- Loss curves: no common steps with a finite loss"]
+    head = (f"- Loss curves ({win}-step mean, {loss['common_steps']} common steps, tolerance "
+            f"{tol:.1%} of A): ")
+    if loss["agree"]:
+        return [head + f"agree; largest gap {loss['max_rel_diff']:.2%}, at the end "
+                       f"{loss['final_rel_diff']:.2%} (A {_loss(loss['final_a'])}, "
+                       f"B {_loss(loss['final_b'])})"]
+    return [head + f"PART at step {loss['parted_at_step']} (A {_loss(loss['loss_a_at_part'])}, "
+                   f"B {_loss(loss['loss_b_at_part'])}); largest gap "
+                   f"{loss['max_rel_diff']:.2%}, at the end {loss['final_rel_diff']:.2%}"]
+
+
+def comparison_lines(c: dict[str, Any], base: str) -> list[str]:
+    name = Path(c["run"]).name
+    out = [f"## {name} against {base}", ""]
+    if c["changed"]:
+        out.append("- Changed: " + "; ".join(f"{x['name']} {x['a']!r} -> {x['b']!r}"
+                                             for x in c["changed"]))
+    else:
+        out.append("- Changed: nothing (an A/A comparison: what remains is noise)")
+    if c["warning"]:
+        out.append(f"- WARNING: {c['warning']}")
+    out.append(f"- tokens/s: {c['tokens_per_s_verdict']}")
+    out.append(f"- step time: {c['step_ms_verdict']}")
+    peaks = c["peaks"]
+    out.append("- Peaks: " + "; ".join(
+        f"{label} {format_bytes(peaks[k]['a'])} -> {format_bytes(peaks[k]['b'])} "
+        f"({_pct(peaks[k]['ratio'])})"
+        for label, k in (("allocated", "peak_allocated_bytes"),
+                         ("reserved", "peak_reserved_bytes"), ("driver", "driver_peak_bytes"))))
+    sk = c["skipped_steps"]
+    out.append(f"- Skipped steps (inf/nan gradients): {sk['a']} -> {sk['b']}")
+    pc = c["precision_check"]
+    if pc is not None:
+        out.append(f"- Precision check (tutorial §6.2), amp {pc['amp'][0]} -> {pc['amp'][1]}:")
+        for side in ("a", "b"):
+            label = "A" if side == "a" else "B"
+            finite = "finite" if pc["finite"][side] else f"FAILED ({pc['errors'][side]})"
+            dec = {True: "goes down", False: "does NOT go down",
+                   None: "too short to tell"}[pc["decreasing"][side]]
+            out.append(f"  - {label}: loss {finite}, {dec}")
+        out.extend("  " + line for line in _agreement_lines(pc["agreement"]))
+    else:
+        out.extend(_agreement_lines(c["loss"]))
+    if c.get("profiler"):
+        out.extend(profiler_lines(c["profiler"]))
+    return out + [""]
+
+
+def profiler_lines(p: dict[str, Any]) -> list[str]:
+    """Profiler windows side by side: what record_shapes / profile_memory cost (exercise 5)."""
+    out = ["- Profiler windows (active steps; the last one also writes the trace):"]
+    for side, label in (("a", "A"), ("b", "B")):
+        w = p[side]
+        if w is None:
+            out.append(f"  - {label}: no window")
+            continue
+        shapes = "/".join("on" if x else "off" for x in w["record_shapes"])
+        out.append(f"  - {label}: {w['windows']} window(s), record_shapes {shapes}; active step "
+                   f"ms {_band(w['active_step_ms'], _ms)}; export "
+                   f"{_secs(w['export_s'])}, analysis {_secs(w['analysis_s'])}, trace "
+                   f"{format_bytes(w['trace_bytes'])}")
+    if p["active_step_ms"] is not None:
+        from probes.analysis.compare.compare import speed_verdict
+
+        out.append("  - active step time: " + speed_verdict(p["active_step_ms"],
+                                                            higher_is_better=False))
+    return out
+
+
+def _secs(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.2f} s"
+
+
+def render_markdown(result: dict[str, Any], charts: list[tuple[str, str]] | None = None) -> str:
+    """compare.md: the runs side by side, each against the baseline, the charts, the rules."""
+    base = Path(result["baseline"]["run_dir"]).name
+    lines = ["# memtop compare", "", f"Baseline (A): {result['baseline']['run_dir']}", ""]
+    lines += run_rows([result["baseline"], *result["runs"]]) + [""]
+    noise = result.get("run_to_run_noise")
+    if noise:
+        parts = [f"{label} ±{noise[k]:.1%}" for label, k in (("tokens/s", "tokens_per_s"),
+                                                             ("step time", "step_ms"))
+                 if noise.get(k) is not None]
+        lines += [f"Run-to-run noise from the repeated baseline ({', '.join(noise['from'])}): "
+                  f"{', '.join(parts)}; a change within it is called no measurable "
+                  "difference.", ""]
+    for c in result["comparisons"]:
+        lines += comparison_lines(c, base)
+    for title, text in charts or []:
+        lines += [f"## {title}", "", "```", text.rstrip(), "```", ""]
+    lines += ["## How this was measured", "", f"- Speed: {result['noise_rule']}",
+              f"- Loss agreement: the trailing 10-step mean loss of each run, over the steps "
+              f"both recorded; they agree when every gap is within "
+              f"{result['loss_tolerance']:.1%} of A's value (per-step equality is not expected "
+              "across precisions).",
+              "- Peaks: allocated and reserved after the warmup reset (CPU: sampled heap), "
+              "driver over the whole run."]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,112 @@
+"""The report's section for a run of several ranks: each rank's results, the spread across
+ranks (min / median / max), the slowest rank and the highest peak, and the effective global
+batch. Built from the per-rank files only (probes/analysis/report/build.py calls it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from probes.analysis.ranks import failure_text, rank_ends, read_process_exits, spread
+from probes.analysis.report.read import read_rows
+from probes.tools.tables import markdown_table
+from probes.tools.units import format_bytes, format_rate
+
+SPREAD_KEYS = ("tokens_per_s_p50", "step_ms_p50", "step_ms_p95", "peak_allocated_bytes",
+               "peak_reserved_bytes", "driver_peak_bytes")
+
+
+def ranks_section(run_dir: Path, files: dict[int | None, Path], config: dict[str, Any],
+                  results: Callable[[dict, list[dict], dict], dict]) -> dict[str, Any]:
+    """Per-rank results (``results`` is report._results), spread and highlights."""
+    per_rank: list[dict[str, Any]] = []
+    for rank, path in files.items():
+        rows = read_rows(path)
+        steps = sorted(rows["steps"], key=lambda r: r["step"])
+        started = next((e for e in rows["events"] if e["event"] == "run_started"), {})
+        finished = next((e for e in reversed(rows["events"]) if e["event"] == "run_finished"),
+                        None)
+        res = results(config, steps, started)
+        per_rank.append({"rank": rank or 0, "device": started.get("device"),
+                         "end": finished.get("reason") if finished else None,
+                         **{k: res.get(k) for k in ("steps_recorded", "last_step",
+                                                    "final_loss", *SPREAD_KEYS)}})
+    section: dict[str, Any] = {"count": len(per_rank), "per_rank": per_rank}
+    section["spread"] = {k: _spread([r[k] for r in per_rank]) for k in SPREAD_KEYS}
+    ms = [(r["step_ms_p50"], r["rank"]) for r in per_rank if r["step_ms_p50"] is not None]
+    if ms:
+        slow_ms, slow = max(ms)
+        median = section["spread"]["step_ms_p50"]["median"]
+        section["slowest"] = {"rank": slow, "step_ms_p50": slow_ms,
+                              "over_median": slow_ms / median - 1 if median else None,
+                              "note": "in DDP every step waits for the slowest rank's "
+                                      "gradients, so its excess is what the others lose"}
+    peaks = [(r["peak_allocated_bytes"], r["rank"]) for r in per_rank
+             if r["peak_allocated_bytes"] is not None]
+    if peaks:
+        top, top_rank = max(peaks)
+        median = section["spread"]["peak_allocated_bytes"]["median"]
+        section["highest_peak"] = {"rank": top_rank, "peak_allocated_bytes": top,
+                                   "over_median_bytes": top - median if median else None}
+    batch, seq = config.get("batch_size"), config.get("seq_len")
+    if isinstance(batch, int) and isinstance(seq, int):
+        n = len(per_rank)
+        tps = [r["tokens_per_s_p50"] for r in per_rank if r["tokens_per_s_p50"] is not None]
+        section["global_batch"] = {"ranks": n, "sequences": n * batch,
+                                   "tokens": n * batch * seq,
+                                   "tokens_per_s": sum(tps) if len(tps) == n else None,
+                                   "note": "each rank's B×T per optimizer step, summed over "
+                                           "ranks (DDP averages their gradients)"}
+    section["failure"] = failure_text(rank_ends(run_dir), read_process_exits(run_dir))
+    return section
+
+
+def _spread(values: list[Any]) -> dict[str, float | None]:
+    s = spread([v for v in values if isinstance(v, (int, float))])
+    return dict(zip(("min", "median", "max"), s, strict=True)) if s else \
+        {"min": None, "median": None, "max": None}
+
+
+def _ms(v: Any) -> str:
+    return f"{v:.1f} ms" if isinstance(v, (int, float)) else "n/a"
+
+
+def render_ranks(sec: dict[str, Any]) -> list[str]:
+    """The "Ranks" section of report.md."""
+    md = ["## Ranks", ""]
+    rows = [[r["rank"], r["steps_recorded"], format_rate(r["tokens_per_s_p50"]),
+             _ms(r["step_ms_p50"]), _ms(r["step_ms_p95"]),
+             format_bytes(r["peak_allocated_bytes"]), format_bytes(r["peak_reserved_bytes"]),
+             format_bytes(r["driver_peak_bytes"]), r["end"] or "no run_finished"]
+            for r in sec["per_rank"]]
+    md += [markdown_table(["rank", "steps", "tokens/s p50", "step p50", "step p95", "peak alloc",
+                  "peak resv", "driver peak", "end"], rows, right={0, 1, 2, 3, 4, 5, 6, 7}), ""]
+    sp = sec["spread"]
+    fmt: dict[str, Callable[[Any], str]] = {"tokens_per_s_p50": format_rate,
+                                            "step_ms_p50": _ms, "step_ms_p95": _ms}
+    names = {"tokens_per_s_p50": "tokens/s p50", "step_ms_p50": "step time p50",
+             "step_ms_p95": "step time p95", "peak_allocated_bytes": "peak allocated",
+             "peak_reserved_bytes": "peak reserved", "driver_peak_bytes": "driver-level peak"}
+    srows = [[names[k], *(fmt.get(k, format_bytes)(sp[k][x]) for x in ("min", "median", "max"))]
+             for k in SPREAD_KEYS]
+    md += ["Spread across ranks:", "", markdown_table(["metric", "min", "median", "max"], srows,
+                                             right={1, 2, 3}), ""]
+    if sec.get("slowest"):
+        s = sec["slowest"]
+        over = f"{s['over_median']:+.1%}" if s["over_median"] is not None else "n/a"
+        md.append(f"- Slowest rank: {s['rank']} (step p50 {_ms(s['step_ms_p50'])}, {over} over "
+                  f"the median); {s['note']}.")
+    if sec.get("highest_peak"):
+        h = sec["highest_peak"]
+        md.append(f"- Highest peak: rank {h['rank']} ({format_bytes(h['peak_allocated_bytes'])},"
+                  f" {format_bytes(h['over_median_bytes'])} over the median).")
+    if sec.get("global_batch"):
+        g = sec["global_batch"]
+        md.append(f"- Effective global batch: {g['ranks']} ranks × B = {g['sequences']} "
+                  f"sequences, {g['tokens']} tokens per optimizer step; together "
+                  f"{format_rate(g['tokens_per_s'])} tokens/s ({g['note']}).")
+    if sec.get("failure"):
+        md.append(f"- Failure: {sec['failure']}.")
+    return md + [""]

@@ -1,0 +1,34 @@
+"""Counters, one interface per device kind: the host heap and RSS (glibc mallinfo2,
+/proc/self/statm), the CUDA caching allocator, NVML's driver-level view (polled on its own
+thread), and the machine's facts for reports. A counter that cannot read returns None (shown
+"n/a"); nothing here raises on a missing device or driver.
+
+    from probes.counters import MemoryProbe, NvmlPoller, system_info
+
+    probe = MemoryProbe(torch.device("cpu"))
+    probe.begin_step(); ...; reading = probe.read()   # MemoryReading: bytes, units in names
+    nvml = NvmlPoller.for_cuda_device(device); nvml.start(); nvml.latest  # never blocks a step
+
+Names load lazily (probes/tools/lazy.py): memory.py imports torch, so ``from probes.counters
+import memtop_version`` must not pay for it.
+"""
+
+from __future__ import annotations
+
+from probes.tools.lazy import lazy_exports
+
+_EXPORTS = {
+    **dict.fromkeys(("MemoryProbe", "MemoryReading", "RssReader", "guard_trip",
+                     "heap_counters"), ".memory"),
+    **dict.fromkeys(("CudaStats", "Fragmentation", "driver_overhead_bytes", "fragmentation",
+                     "stats_from_nested"), ".cuda_stats"),
+    **dict.fromkeys(("dump_snapshot", "failure_artifacts", "history_kwargs", "read_stats",
+                     "start_history", "stop_history", "SNAPSHOT_FILE", "SUMMARY_FILE"),
+                    ".cudamem"),
+    **dict.fromkeys(("NvmlPoller", "NvmlReading", "candidate_uuids", "index_fallback"),
+                    ".nvml"),
+    **dict.fromkeys(("host_info", "host_ram_bytes", "memtop_version"), ".host"),
+    "system_info": ".sysinfo",
+}
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

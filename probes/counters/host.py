@@ -1,0 +1,77 @@
+"""The host's facts without torch: CPU, RAM, OS, Python and package versions, memtop's own
+version. The report and `memtop --version` read them; probes/counters/sysinfo.py adds torch's."""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if line.lower().startswith(("model name", "hardware", "processor\t: ")):
+                    value = line.split(":", 1)[1].strip()
+                    if value and not value.isdigit():
+                        return value
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def host_ram_bytes() -> int | None:
+    """Physical RAM of this machine (MemTotal), or None where it cannot be read."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def memtop_version() -> str:
+    """Installed version, else the version in the source tree's pyproject.toml."""
+    found = _version("memtop")
+    if found:
+        return found
+    try:
+        text = (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text("utf-8")
+        match = re.search(r'^version\s*=\s*"([^"]+)"', text, re.MULTILINE)
+        if match:
+            return match.group(1) + " (source tree)"
+    except OSError:
+        pass
+    return "unknown"
+
+
+def host_info() -> dict[str, Any]:
+    """CPU, RAM, OS, Python and package versions; cheap and torch-free."""
+    torch_mod = sys.modules.get("torch")
+    return {
+        "cpu_model": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "ram_bytes": host_ram_bytes(),
+        "os": platform.platform(),
+        "python": platform.python_version(),
+        "torch": getattr(torch_mod, "__version__", None) or _version("torch"),
+        "numpy": _version("numpy"),
+        "memtop": memtop_version(),
+    }

@@ -1,0 +1,186 @@
+"""Memory counters, per device, read cheaply enough to sample every step.
+
+CPU (Linux/glibc): the heap counters of glibc's ``mallinfo2()`` (every thread's arenas, byte-exact,
+~1 µs) stand in for the allocator: ``allocated`` = bytes in use (uordblks + hblkhd), ``reserved`` =
+bytes malloc holds from the OS (arena + hblkhd). Peak is the max of the sampled values, not a true
+high-water mark. RSS comes from ``/proc/self/statm`` through a kept file descriptor.
+
+CUDA: torch's caching-allocator counters, from one ``memory_stats_as_nested_dict()`` call per step
+(probes/counters/cudamem.py), which reads host-side bookkeeping and adds no device synchronisation.
+The allocator's peak is reset at the start of every step, so it is *this step's* high-water mark
+(what an OOM runs into); the run's peak is the max of the step peaks, kept here.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+from dataclasses import dataclass
+
+import torch
+
+from probes.counters.cudamem import read_stats
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in (
+            "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+            "fsmblks", "uordblks", "fordblks", "keepcost",
+        )
+    ]
+
+
+def _load_mallinfo2():
+    path = ctypes.util.find_library("c")
+    if path is None:
+        return None
+    try:
+        fn = ctypes.CDLL(path).mallinfo2
+    except (OSError, AttributeError):
+        return None  # not glibc, or glibc older than 2.33
+    fn.restype = _MallInfo2
+    fn.argtypes = []
+    return fn
+
+
+_MALLINFO2 = _load_mallinfo2()
+
+
+def heap_counters() -> tuple[int, int] | None:
+    """(in_use_bytes, held_from_os_bytes) of the glibc heap, or None where mallinfo2 is missing."""
+    if _MALLINFO2 is None:
+        return None
+    info = _MALLINFO2()
+    return info.uordblks + info.hblkhd, info.arena + info.hblkhd
+
+
+class RssReader:
+    """Process RSS from /proc/self/statm, keeping the file open so a read is one pread."""
+
+    def __init__(self) -> None:
+        self._page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+        try:
+            self._fd: int | None = os.open("/proc/self/statm", os.O_RDONLY)
+        except OSError:
+            self._fd = None
+
+    def read(self) -> int | None:
+        if self._fd is None:
+            return None
+        try:
+            fields = os.pread(self._fd, 128, 0).split()
+            return int(fields[1]) * self._page
+        except (OSError, IndexError, ValueError):
+            return None
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+@dataclass(frozen=True)
+class MemoryReading:
+    allocated_bytes: int | None
+    reserved_bytes: int | None
+    peak_allocated_bytes: int | None  # the run's peak since reset_peak()
+    host_rss_bytes: int | None
+    step_peak_allocated_bytes: int | None = None  # this step's high-water mark (CPU: sampled)
+    inactive_split_bytes: int | None = None  # CUDA: cached free memory inside split blocks
+    alloc_retries: int | None = None  # CUDA: cudaMalloc retries after a cache flush
+    ooms: int | None = None  # CUDA: out-of-memory errors raised
+
+
+class MemoryProbe:
+    """Reads allocated / reserved / peak for one device plus host RSS; never raises on a read.
+
+    ``begin_step()`` starts a step's peak; ``read()`` at the step's end gives that step's peak
+    and folds it into the run's peak (from ``reset_peak()`` on).
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.is_cuda = device.type == "cuda"
+        self._rss = RssReader()
+        self._run_peak: int | None = None
+        self._step_peak: int | None = None  # CPU: max of the heap readings in this step
+
+    @property
+    def counter_source(self) -> str:
+        """Where allocated/reserved come from, in words for the help screen and reports."""
+        if self.is_cuda:
+            return "torch.cuda caching allocator"
+        return "glibc heap (mallinfo2)" if _MALLINFO2 is not None else "unavailable"
+
+    def reset_peak(self) -> None:
+        """Start the run's peak over (after warmup, so model set-up does not pollute it)."""
+        self._run_peak = None
+        self.begin_step()
+
+    def begin_step(self) -> None:
+        """Start this step's peak: the allocator's high-water mark on CUDA (host bookkeeping,
+        no sync; note it resets *all* of torch's peak stats, which a loop reading
+        max_memory_allocated itself would see). On CPU no read: in a live run a mallinfo2
+        walk costs ~100 µs (README), so the step's peak is its mid-step and end readings."""
+        if self.is_cuda:
+            try:
+                torch.cuda.reset_peak_memory_stats(self.device)
+            except (RuntimeError, AssertionError):
+                pass
+            return
+        self._step_peak = None
+
+    def observe_peak(self) -> None:
+        """CPU only: fold one extra heap reading (~1 µs) into the sampled peak, mid-step."""
+        if self.is_cuda:
+            return  # the CUDA allocator keeps a true high-water mark itself
+        heap = heap_counters()
+        if heap is not None and (self._step_peak is None or heap[0] > self._step_peak):
+            self._step_peak = heap[0]
+
+    def _fold(self, step_peak: int | None) -> int | None:
+        if step_peak is not None and (self._run_peak is None or step_peak > self._run_peak):
+            self._run_peak = step_peak
+        return self._run_peak
+
+    def read(self) -> MemoryReading:
+        rss = self._rss.read()
+        if self.is_cuda:
+            st = read_stats(self.device)
+            if st is None:
+                return MemoryReading(None, None, None, rss)
+            return MemoryReading(st.allocated_bytes, st.reserved_bytes,
+                                 self._fold(st.peak_allocated_bytes), rss,
+                                 step_peak_allocated_bytes=st.peak_allocated_bytes,
+                                 inactive_split_bytes=st.inactive_split_bytes,
+                                 alloc_retries=st.alloc_retries, ooms=st.ooms)
+        heap = heap_counters()
+        if heap is None:
+            return MemoryReading(None, None, None, rss)
+        allocated, reserved = heap
+        if self._step_peak is None or allocated > self._step_peak:
+            self._step_peak = allocated
+        return MemoryReading(allocated, reserved, self._fold(self._step_peak), rss,
+                             step_peak_allocated_bytes=self._step_peak)
+
+    def close(self) -> None:
+        self._rss.close()
+
+
+def guard_trip(watched: dict[str, int | None], prev: dict[str, int | None] | None,
+               limit: int | None) -> tuple[str, int, int] | None:
+    """(counter, bytes, growth per step) of the first watched counter that would pass ``limit``
+    at the next step if it grew as it did in this one; None while all stay below."""
+    if limit is None:
+        return None
+    for name, value in watched.items():
+        if value is None:
+            continue
+        before = (prev or {}).get(name)
+        growth = max(0, value - before) if before is not None else 0
+        if value + growth > limit:
+            return name, value, growth
+    return None

@@ -1,0 +1,127 @@
+"""The tutorial's pitfalls (its §7) seen live: each hint is defined once in probes/records/hints.py
+(HINTS), checked here on the training thread from what a step already measured, and written once
+a run as a ``hint`` event (headless prints it, the dashboard notifies, the help screen lists all).
+Nothing here reads the device: every check uses the step's sample or the model's dtypes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from probes import records as R
+from probes.counters.cuda_stats import fragmentation
+from probes.instruments.hooks import RunContext, StepHook, StepTensors
+from probes.records import Event, StepSample
+
+MIN_STEPS_FOR_SKIP_RATIO = 20
+SKIP_RATIO = 0.10
+
+
+def low_precision_share(params: list[torch.Tensor]) -> float:
+    """The share of trainable parameter elements stored as fp16/bf16."""
+    total = low = 0
+    for p in params:
+        if p.requires_grad and p.is_floating_point():
+            total += p.numel()
+            if p.dtype in (torch.float16, torch.bfloat16):
+                low += p.numel()
+    return low / total if total else 0.0
+
+
+def tensor_core_problem(amp: str, capability: tuple[int, int] | None) -> str | None:
+    """Why ``amp`` gets no tensor cores on a GPU of this compute capability, or None."""
+    if capability is None:
+        return None
+    need = {"fp16": (7, 0), "bf16": (8, 0)}.get(amp)
+    if need is None or tuple(capability) >= need:
+        return None
+    return (f"{amp} autocast on sm {capability[0]}.{capability[1]}: tensor cores for {amp} "
+            f"start at sm {need[0]}.{need[1]}")
+
+
+def cpu_flags(cpuinfo: str) -> set[str]:
+    """The feature flags of /proc/cpuinfo's first processor (empty when not listed)."""
+    for line in cpuinfo.splitlines():
+        if line.startswith("flags"):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def cpu_bf16_problem(amp: str, flags: set[str]) -> str | None:
+    """Why bf16 autocast is emulated on this CPU, or None (native, not bf16, flags unknown)."""
+    if amp != "bf16" or not flags or flags & {"avx512_bf16", "amx_bf16"}:
+        return None
+    best = "avx512f" if "avx512f" in flags else ("avx2" if "avx2" in flags else "no avx2")
+    return f"this CPU has {best} but neither avx512_bf16 nor amx_bf16"
+
+
+def step_hints(sample: StepSample, synced: bool, warmup: int) -> list[tuple[str, str]]:
+    """(hint name, detail) of the per-step pitfalls this sample shows; pure, tested on CPU."""
+    out: list[tuple[str, str]] = []
+    if sample.scale is not None and sample.scale < 1.0:
+        out.append(("scale_collapse", f"scale {sample.scale:g} at step {sample.step}"))
+    if sample.step >= MIN_STEPS_FOR_SKIP_RATIO and sample.skipped_steps > SKIP_RATIO * sample.step:
+        out.append(("many_skipped_steps", f"{sample.skipped_steps} of {sample.step} steps "
+                                          "skipped"))
+    cuda = sample.device.startswith("cuda")
+    if cuda and not synced and sample.step > warmup:
+        out.append(("no_sync_boundary", f"step {sample.step}: {sample.step_ms:.2f} ms of "
+                                        "launches"))
+    if cuda and sample.step > warmup:
+        frag = fragmentation(sample.allocated_bytes, sample.reserved_bytes,
+                             alloc_retries=sample.alloc_retries, ooms=sample.ooms)
+        if frag is not None and frag.alloc_retries:
+            out.append(("alloc_retries", f"{frag.alloc_retries} retries so far"))
+        elif frag is not None and frag.hint:
+            out.append(("cache_large", f"cache {frag.cached_free_bytes >> 20} MiB free on top "
+                                       f"of {(sample.allocated_bytes or 0) >> 20} MiB "
+                                       "allocated"))
+    return out
+
+
+class HintWatch(StepHook):
+    """Emits each hint of probes.records.HINTS at most once a run."""
+
+    def __init__(self) -> None:
+        self.emitted: set[str] = set()
+        self._checked_start = False
+
+    def setup(self, ctx: RunContext) -> None:
+        super().setup(ctx)
+        share = low_precision_share(list(ctx.model.parameters()))
+        if share > 0.5:
+            self._emit("low_precision_params", 0, f"{share:.0%} of parameter elements")
+
+    def _emit(self, name: str, step: int, detail: str) -> None:
+        if name in self.emitted:
+            return
+        self.emitted.add(name)
+        kind = R.HINT_KINDS[name]
+        data: dict[str, Any] = {"hint": name, "title": kind.title, "why": kind.why,
+                                "detail": detail}
+        self.ctx.emit(Event(R.HINT, step, self.ctx.elapsed_s(), data))
+
+    def end_step(self, step: int, tensors: StepTensors, sample: StepSample) -> None:
+        if not self._checked_start and self.ctx.device.type == "cpu":
+            self._checked_start = True
+            try:
+                with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+                    flags = cpu_flags(fh.read())
+            except OSError:
+                flags = set()  # not Linux: unknown, so no hint
+            problem = cpu_bf16_problem(sample.amp, flags)
+            if problem:
+                self._emit("cpu_bf16_emulated", step, problem)
+        if not self._checked_start and self.ctx.device.type == "cuda":
+            self._checked_start = True
+            try:
+                cap = torch.cuda.get_device_capability(self.ctx.device)
+            except Exception:
+                cap = None
+            problem = tensor_core_problem(sample.amp, cap)
+            if problem:
+                self._emit("amp_without_tensor_cores", step, problem)
+        for name, detail in step_hints(sample, tensors.synced, self.ctx.warmup_steps):
+            self._emit(name, step, detail)

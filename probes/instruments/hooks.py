@@ -1,0 +1,80 @@
+"""How instruments (profiler window, leak detector, memory ledger) plug into a monitored loop.
+
+A hook sees the run once at set-up, may wrap each step's compute in a context manager, and sees
+each finished step. Hooks run on the training thread, so they may use torch freely.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from probes.counters.memory import MemoryProbe
+from probes.records import Event, StepSample
+
+
+@dataclass(frozen=True)
+class GPTShape:
+    """The sizes of a GPT of memtop's own kind (trainer/model.py). The ledger's formula-based
+    predictions need them; for any other model the ledger says "measured only"."""
+
+    layers: int
+    heads: int
+    dim: int
+    attention: str  # "explicit" | "sdpa"
+    block_size: int
+    vocab_size: int
+
+
+@dataclass
+class RunContext:
+    """Everything a hook may need about the running loop, built on the training thread."""
+
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scaler: torch.amp.GradScaler | None
+    device: torch.device
+    amp: str  # "off" | "bf16" | "fp16" | "auto" (not known yet: seen in the first forward)
+    run_dir: Path
+    memory: MemoryProbe
+    emit: Callable[[Event], None]  # writes an event row and passes it on
+    elapsed_s: Callable[[], float]
+    device_total_bytes: int | None  # device memory (CUDA) or host RAM (CPU)
+    warmup_steps: int = 0  # steps before the peak reset: instruments ignore them
+    max_steps: int = 0  # the planned last step; 0 = until stopped
+    model_shape: GPTShape | None = None
+    config: Mapping[str, Any] = field(default_factory=dict)  # config.json's content
+    rank: int | None = None  # under torchrun: this process's rank
+    set_profile_phase: Callable[[str | None], None] = lambda phase: None
+    urgent: Callable[[], bool] = lambda: False  # the run is ending in a hurry (close(): no waits)
+
+
+@dataclass
+class StepTensors:
+    """The step's live tensors, handed to hooks before they go out of scope."""
+
+    loss: torch.Tensor | None
+    output: torch.Tensor | None  # the model's output (logits for a language model), if given
+    synced: bool = True  # the end-of-step read waited for the device (a CUDA tensor was read)
+
+
+class StepHook:
+    """Base class with no-op methods; subclasses override what they need."""
+
+    def setup(self, ctx: RunContext) -> None:
+        self.ctx = ctx
+
+    def step_context(self, step: int) -> contextlib.AbstractContextManager[Any]:
+        """Wraps forward + backward + optimizer of ``step``."""
+        return contextlib.nullcontext()
+
+    def end_step(self, step: int, tensors: StepTensors, sample: StepSample) -> None:
+        """Called after the sample of ``step`` is taken."""
+
+    def close(self) -> None:
+        """The run is ending (normally or not): release resources, never raise."""

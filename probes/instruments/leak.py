@@ -1,0 +1,386 @@
+"""Live leak detection: sustained growth of end-of-step memory, told apart from noise and caching.
+
+The test for a leak (docs/ARCHITECTURE.md, instruments): does memory at the end of each step come
+back to the same level? A loop that keeps ``loss`` with its graph, or keeps output tensors, grows a
+little every step, and that shows in the end-of-step values long before an OOM.
+
+``LeakDetector`` is pure (no torch, no clock): feed it ``(step, value)`` points of any counter and
+it returns a ``LeakAlert`` when growth is sustained and a ``LeakCleared`` when the series is flat
+again. An alert needs all of these over a trailing window of at least ``min_steps`` deltas:
+
+- a robust slope (Theil–Sen: the median of pairwise slopes) above ``min_rate_bytes`` and above
+  ``noise_mult`` times the noise of one step-to-step delta, learned from the series itself: the
+  median absolute deviation of second differences, which a steady ramp does not change (a ramp
+  adds a constant to every delta and nothing to their differences) and a one-off jump or a
+  release moves only as outliers;
+- a monotonic rise: the window starts and ends on a rising delta and at least ``rising_fraction``
+  of its deltas rise, so one step change (a cache growing once) does not count;
+- no release inside the window (a drop bigger than one step's growth), and a total growth of at
+  least ``min_growth_bytes``, so an allocator-caching sawtooth does not count;
+- a new high: the latest value is above every value of the previous ``high_water_steps`` steps, so
+  re-filling a level already reached (the next tooth of a sawtooth) does not count.
+
+Limits: growth that lasts longer than ``high_water_steps`` steps and is then released (a very long
+sawtooth) is reported, and cleared when it is released: it is a leak for that long.
+``LeakWatch`` is the ``StepHook`` that feeds the detector from a training run.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from probes import records as R
+from probes.counters.host import host_ram_bytes
+from probes.counters.memory import heap_counters
+from probes.instruments.hooks import RunContext, StepHook, StepTensors
+from probes.records import Event, StepSample
+from probes.tools.units import format_bytes
+
+COUNTERS = ("device_allocated", "host_heap", "host_rss")  # host_rss: only where no mallinfo2
+
+_MAD_TO_SIGMA = 1.4826  # median absolute deviation -> standard deviation for normal noise
+_SQRT3 = 3 ** 0.5
+
+
+@dataclass
+class LeakDetectorConfig:
+    """Thresholds of the detector; the defaults fit memtop's default run (see RESULTS.md)."""
+
+    min_steps: int = 4  # fewest step-to-step deltas an alert may rest on
+    window_steps: int = 16  # longest stretch the slope is fitted over
+    min_rate_bytes: int = 16 * 1024  # slower growth is never reported (Python bookkeeping)
+    min_growth_bytes: int = 512 * 1024  # growth the window must add up to before an alert
+    noise_mult: float = 4.0  # the slope must exceed this many noise sigmas of a delta
+    rising_fraction: float = 0.75  # share of the window's deltas that must rise
+    baseline_points: int = 8  # points seen before any alert: the noise floor is learned first
+    noise_steps: int = 32  # deltas the noise estimate is taken over
+    high_water_steps: int = 32  # how far back "already reached" looks
+    clear_steps: int = 5  # flat deltas needed to clear an alert
+
+    def __post_init__(self) -> None:
+        for name in ("min_steps", "window_steps", "noise_steps", "clear_steps"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{name} must be a positive integer, got {value}")
+        for name in ("min_rate_bytes", "min_growth_bytes", "baseline_points", "high_water_steps"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name} must be zero or a positive integer, got {value}")
+        if self.window_steps < self.min_steps:
+            raise ValueError(f"window_steps ({self.window_steps}) must be at least min_steps "
+                             f"({self.min_steps})")
+        if not self.noise_mult > 0:
+            raise ValueError(f"noise_mult must be greater than zero, got {self.noise_mult}")
+        if not 0 < self.rising_fraction <= 1:
+            raise ValueError(f"rising_fraction must be in (0, 1], got {self.rising_fraction}")
+
+
+@dataclass(frozen=True)
+class LeakAlert:
+    """Sustained growth was found: the figures behind a ``leak_suspected`` event."""
+
+    counter: str
+    step: int  # the step at which the alert was raised
+    since_step: int  # the first step whose end value grew
+    bytes_per_step: float  # Theil–Sen slope over the window
+    window_steps: int  # deltas the slope was fitted over
+    value_bytes: int  # the counter at ``step``
+    growth_bytes: int  # growth across the window
+    noise_bytes: float  # noise sigma of one delta, as learned
+    threshold_bytes: float  # the slope the alert had to beat
+
+
+@dataclass(frozen=True)
+class LeakCleared:
+    """The series stopped growing (dropped, or flat) after an alert."""
+
+    counter: str
+    step: int  # the step at which the alert was cleared
+    since_step: int  # the first step that no longer grew
+    alert: LeakAlert
+
+
+def theil_sen_slope(xs: Sequence[float], ys: Sequence[float]) -> float:
+    """Median of the pairwise slopes: a straight-line fit that a few outliers do not move."""
+    slopes = [(ys[j] - ys[i]) / (xs[j] - xs[i])
+              for i in range(len(xs)) for j in range(i + 1, len(xs)) if xs[j] != xs[i]]
+    return statistics.median(slopes) if slopes else 0.0
+
+
+def _deltas(points: Sequence[tuple[int, int]]) -> list[float]:
+    return [(b[1] - a[1]) / max(1, b[0] - a[0]) for a, b in zip(points, points[1:], strict=False)]
+
+
+def _fit(points: Sequence[tuple[int, int]]) -> float:
+    return theil_sen_slope([p[0] for p in points], [p[1] for p in points])
+
+
+class LeakDetector:
+    """Watches one series of end-of-step values; see the module docstring for the rule."""
+
+    def __init__(self, counter: str = "series", config: LeakDetectorConfig | None = None) -> None:
+        self.counter = counter
+        self.config = config or LeakDetectorConfig()
+        cfg = self.config
+        # the current stretch of comparable points; a gap (ignored steps, a pause) starts a new one
+        self._points: deque[tuple[int, int]] = deque(
+            maxlen=cfg.window_steps + cfg.high_water_steps + 2)
+        self._second: deque[float] = deque(maxlen=cfg.noise_steps)  # differences of deltas
+        self._last_delta: float | None = None
+        self._seen = 0
+        self.active: LeakAlert | None = None
+
+    # what was learned ----------------------------------------------------------------------------
+    @property
+    def noise_bytes(self) -> float:
+        """Noise sigma of one step-to-step delta.
+
+        For white noise of sigma s on the values, a delta has sigma s·√2 and a second difference
+        s·√6, hence the √3; MAD × 1.4826 is the robust sigma.
+        """
+        if len(self._second) < 3:
+            return 0.0
+        mid = statistics.median(self._second)
+        mad = statistics.median(abs(d - mid) for d in self._second)
+        return _MAD_TO_SIGMA * mad / _SQRT3
+
+    @property
+    def threshold_bytes(self) -> float:
+        """The slope (bytes/step) that counts as growth: the floor, or above the noise."""
+        return max(float(self.config.min_rate_bytes), self.config.noise_mult * self.noise_bytes)
+
+    # feeding -------------------------------------------------------------------------------------
+    def mark_gap(self) -> None:
+        """The next point is not comparable with the last one (skipped steps, a pause)."""
+        self._points.clear()
+        self._last_delta = None
+
+    def reset(self) -> None:
+        """Forget everything (a new run)."""
+        self.mark_gap()
+        self._second.clear()
+        self._seen = 0
+        self.active = None
+
+    def feed(self, step: int, value: int) -> LeakAlert | LeakCleared | None:
+        """Add the end-of-step value of ``step``; returns an alert or a clear when one happens."""
+        if self._points and step <= self._points[-1][0]:
+            self.mark_gap()  # steps went backwards: a new series
+        self._points.append((step, int(value)))
+        self._seen += 1
+        if len(self._points) >= 2:
+            delta = _deltas([self._points[-2], self._points[-1]])[0]
+            if self._last_delta is not None:
+                self._second.append(delta - self._last_delta)
+            self._last_delta = delta
+        if self.active is not None:
+            return self._check_clear(step)
+        if self._seen < self.config.baseline_points:
+            return None
+        self.active = self._check_growth(step)
+        return self.active
+
+    # the rules -----------------------------------------------------------------------------------
+    def _check_growth(self, step: int) -> LeakAlert | None:
+        cfg = self.config
+        points = list(self._points)
+        if len(points) < cfg.min_steps + 1:
+            return None
+        threshold = self.threshold_bytes
+        rise = 0.5 * threshold  # a delta at least this big counts as rising
+        if _deltas(points[-2:])[0] < rise:
+            return None  # cheap exit: the last step did not grow
+        noise = self.noise_bytes
+        for n in range(min(cfg.window_steps, len(points) - 1), cfg.min_steps - 1, -1):
+            tail = points[-(n + 1):]
+            deltas = _deltas(tail)
+            if deltas[0] < rise or sum(d >= rise for d in deltas) < cfg.rising_fraction * n:
+                continue
+            growth = tail[-1][1] - tail[0][1]
+            if growth < cfg.min_growth_bytes:
+                continue
+            slope = _fit(tail)
+            if slope < threshold or min(deltas) < -max(cfg.noise_mult * noise, slope):
+                continue
+            before = [v for s, v in points[:-(n + 1)] if s >= tail[0][0] - cfg.high_water_steps]
+            if before and tail[-1][1] <= max(before) + threshold:
+                continue  # climbing back to a level already reached: caching, not a leak
+            return LeakAlert(
+                counter=self.counter, step=step, since_step=self._since(points, rise),
+                bytes_per_step=slope, window_steps=n, value_bytes=tail[-1][1],
+                growth_bytes=growth, noise_bytes=noise, threshold_bytes=threshold)
+        return None
+
+    @staticmethod
+    def _since(points: list[tuple[int, int]], rise: float) -> int:
+        """The first step of the trailing run of rising deltas."""
+        since = points[-1][0]
+        for a, b in zip(reversed(points[:-1]), reversed(points), strict=False):
+            if _deltas([a, b])[0] < rise:
+                break
+            since = b[0]
+        return since
+
+    def _check_clear(self, step: int) -> LeakCleared | None:
+        alert = self.active
+        assert alert is not None
+        points = list(self._points)[-(self.config.clear_steps + 1):]
+        if len(points) < self.config.clear_steps + 1:
+            return None  # just after a gap: wait for enough comparable points
+        rise = 0.5 * alert.threshold_bytes
+        rising = [i for i, d in enumerate(_deltas(points)) if d >= rise]
+        if len(rising) > 1 or (rising and rising[-1] == len(points) - 2) or _fit(points) >= rise:
+            return None  # still growing (one stray rising delta is noise, the last one is not)
+        since = points[rising[-1] + 2][0] if rising else points[1][0]
+        self.active = None
+        return LeakCleared(counter=self.counter, step=step, since_step=since, alert=alert)
+
+
+# the likely cause --------------------------------------------------------------------------------
+GRAPH_FIX = "log loss.item() or keep loss.detach(), never the loss tensor itself"
+TENSOR_FIX = ("move what you keep off the device (.detach().cpu()) or drop it; a kept tensor that "
+              "still has a grad_fn also keeps its graph alive")
+HOST_TENSOR_FIX = ("drop what you keep, or keep only what you need (a float from .item(), a small "
+                   "detached slice); a kept tensor that still has a grad_fn also keeps its graph")
+
+
+def likely_cause(counter: str, bytes_per_step: float,
+                 output_bytes: int | None) -> tuple[str, str]:
+    """("graph" | "tensors", hint) from the growth rate and one step's output (logits) size.
+
+    A kept output tensor grows memory by a whole multiple of its size each step; a retained
+    autograd graph grows the host heap by many small objects (~150 KiB/step for the default
+    model), not tensor-sized. This is a guess from sizes alone, so the hint says "likely".
+    """
+    rate = format_bytes(bytes_per_step)
+    if output_bytes:
+        ratio = bytes_per_step / output_bytes
+        if ratio >= 0.9 and abs(ratio - round(ratio)) <= 0.15:
+            times = f"{round(ratio)}×" if round(ratio) > 1 else "about"
+            fix = TENSOR_FIX if counter == "device_allocated" else HOST_TENSOR_FIX
+            return "tensors", (f"tensors accumulating, likely: {rate}/step is {times} the size of "
+                               f"one step's output ({format_bytes(output_bytes)}); {fix}")
+    if counter != "device_allocated":  # host memory: small objects are graph nodes
+        size = f", far less than one step's output ({format_bytes(output_bytes)})" if (
+            output_bytes and bytes_per_step < 0.9 * output_bytes) else ""
+        return "graph", (f"a retained autograd graph, likely: {rate}/step of small host "
+                         f"objects{size}, as when losses.append(loss) keeps each step's graph; "
+                         f"{GRAPH_FIX}")
+    return "tensors", f"tensors accumulating on the device, likely: {rate}/step; {TENSOR_FIX}"
+
+
+# the hook ----------------------------------------------------------------------------------------
+class LeakWatch(StepHook):
+    """Feeds end-of-step device allocated (CUDA) and the host heap to a detector each, and emits
+    ``leak_suspected`` / ``leak_cleared`` events.
+
+    On CPU the sampled "allocated" is the host heap, so there is one series (process RSS where
+    glibc's mallinfo2 is missing: coarser, but it still grows with a leak). Warmup steps, steps
+    the profiler traced (``sample.profiling``: its wait, warmup and active steps, not the
+    table's analysis, which runs in a child process) and ``settle_steps`` after them (the
+    trace's export frees the profiler's buffers into the next steps' heap readings),
+    and the jump across a pause (the UI thread allocates in the same heap meanwhile) are left out.
+    """
+
+    def __init__(self, config: LeakDetectorConfig | None = None, settle_steps: int = 3,
+                 pause_gap_s: float = 1.0) -> None:
+        if settle_steps < 0:
+            raise ValueError(f"settle_steps must be zero or positive, got {settle_steps}")
+        if not pause_gap_s > 0:
+            raise ValueError(f"pause_gap_s must be greater than zero, got {pause_gap_s}")
+        self.config = config or LeakDetectorConfig()
+        self.settle_steps = settle_steps
+        self.pause_gap_s = pause_gap_s
+        self.detectors: dict[str, LeakDetector] = {}
+        self.alerts: dict[str, dict[str, Any]] = {}  # counter -> data of the open alert
+        self.ignored_steps = 0  # warmup, profiler window and settling steps
+        self.pauses_seen = 0
+        self._warmup = 0
+        self._settle_until = 0
+        self._prev_time_s: float | None = None
+        self._intervals: deque[float] = deque(maxlen=32)
+        self._is_cuda = False
+        self._host_total: int | None = None
+
+    def setup(self, ctx: RunContext) -> None:
+        super().setup(ctx)
+        self._warmup = ctx.warmup_steps
+        self._is_cuda = ctx.device.type == "cuda"
+        host = "host_heap" if heap_counters() is not None else "host_rss"  # RSS: not glibc
+        counters = ("device_allocated", host) if self._is_cuda else (host,)
+        self.detectors = {name: LeakDetector(name, self.config) for name in counters}
+        self._host_total = host_ram_bytes() if self._is_cuda else ctx.device_total_bytes
+
+    def end_step(self, step: int, tensors: StepTensors, sample: StepSample) -> None:
+        gap_s = None
+        if self._prev_time_s is not None:
+            gap_s = sample.time_s - self._prev_time_s - sample.step_ms / 1000.0
+        interval = None if self._prev_time_s is None else sample.time_s - self._prev_time_s
+        self._prev_time_s = sample.time_s
+        if sample.profiling:
+            self._settle_until = step + self.settle_steps
+        if step <= self._warmup or sample.profiling or step <= self._settle_until:
+            self.ignored_steps += 1
+            self._gap()
+            return
+        if gap_s is not None and gap_s > self.pause_gap_s:
+            self.pauses_seen += 1
+            self._gap()  # paused: the next delta starts after the pause
+        elif interval is not None:
+            self._intervals.append(interval)
+        values = {"device_allocated": sample.allocated_bytes, "host_heap": sample.allocated_bytes,
+                  "host_rss": sample.host_rss_bytes}
+        if self._is_cuda:
+            heap = heap_counters()
+            values["host_heap"] = heap[0] if heap else None
+        output_bytes = (tensors.output.numel() * tensors.output.element_size()
+                        if tensors.output is not None else None)
+        for name, detector in self.detectors.items():
+            value = values[name]
+            if value is None:
+                detector.mark_gap()
+                continue
+            result = detector.feed(step, value)
+            if isinstance(result, LeakAlert):
+                self._suspected(result, sample, output_bytes)
+            elif isinstance(result, LeakCleared):
+                self.alerts.pop(name, None)
+                self.ctx.emit(Event(R.LEAK_CLEARED, step, self.ctx.elapsed_s(), {
+                    "counter": name, "since_step": result.since_step,
+                    "alert_step": result.alert.step}))
+
+    def _gap(self) -> None:
+        for detector in self.detectors.values():
+            detector.mark_gap()
+
+    def _suspected(self, alert: LeakAlert, sample: StepSample, output_bytes: int) -> None:
+        if alert.counter == "device_allocated":
+            total = self.ctx.device_total_bytes
+            used = sample.driver_used_bytes or sample.reserved_bytes or alert.value_bytes
+        else:
+            total = self._host_total
+            used = sample.host_rss_bytes or alert.value_bytes
+        capacity = max(0, total - max(used, alert.value_bytes)) if total else None
+        steps_left = int(capacity / alert.bytes_per_step) if capacity is not None else None
+        per_step_s = statistics.median(self._intervals) if self._intervals else None
+        seconds_left = (round(steps_left * per_step_s, 1)
+                        if steps_left is not None and per_step_s else None)
+        cause, hint = likely_cause(alert.counter, alert.bytes_per_step, output_bytes)
+        data = {
+            "counter": alert.counter, "bytes_per_step": int(round(alert.bytes_per_step)),
+            "since_step": alert.since_step, "window_steps": alert.window_steps,
+            "capacity_bytes": capacity, "steps_to_full": steps_left,
+            "seconds_to_full": seconds_left, "hint": hint, "likely_cause": cause,
+        }
+        self.alerts[alert.counter] = data
+        self.ctx.emit(Event(R.LEAK_SUSPECTED, alert.step, self.ctx.elapsed_s(), data))
+
+    def stats(self) -> dict[str, Any]:
+        """What the detectors learned, for reports and benchmarks."""
+        return {name: {"noise_bytes": d.noise_bytes, "threshold_bytes": d.threshold_bytes,
+                       "active": asdict(d.active) if d.active else None}
+                for name, d in self.detectors.items()}

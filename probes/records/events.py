@@ -1,0 +1,298 @@
+"""Every kind of event a run writes, each declared once: its fields with their types (what a
+reader may rely on; a value of another type is dropped on reading), whether headless output
+prints it, and the one-line summary that headless output and the dashboard show."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from probes.records.step import StepSample
+from probes.records.values import clean, finite_num, is_int, short_text
+from probes.tools.units import format_bytes
+
+
+@dataclass(frozen=True)
+class Event:
+    """Something that happened once: run_started, leak_suspected, profile_done, error, ..."""
+
+    event: str  # one of EVENT_KINDS (readers keep unknown kinds as they are)
+    step: int
+    time_s: float
+    data: dict[str, Any] = field(default_factory=dict)
+    rank: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        row: dict[str, Any] = {"event": self.event, "step": self.step, "time_s": self.time_s}
+        if self.rank:
+            row["rank"] = self.rank
+        row.update(self.data)
+        return row
+
+    @classmethod
+    def from_json(cls, row: Mapping[str, Any]) -> Event:
+        """An event row back into an Event, its fields checked against its kind's declaration."""
+        name = row.get("event")
+        if not isinstance(name, str):
+            raise ValueError("not an event row")
+        spec = EVENT_KINDS[name].fields if name in EVENT_KINDS else {}
+        data = clean(row, spec)
+        step = data.pop("step", 0)
+        time_s = data.pop("time_s", 0.0)
+        rank = data.pop("rank", 0)
+        data.pop("event", None)
+        return cls(name, step if is_int(step) else 0,
+                   float(time_s) if finite_num(time_s) is not None else 0.0, data,
+                   rank if is_int(rank) else 0)
+
+    @property
+    def kind(self) -> EventKind | None:
+        return EVENT_KINDS.get(self.event)
+
+    def summary(self) -> str:
+        """The kind's one-line sentence for this event (the generic key=value list otherwise)."""
+        kind = self.kind
+        if kind is not None and kind.summary is not None:
+            try:
+                return kind.summary(self.data)
+            except Exception:  # a hand-edited row: fall back to the plain listing
+                pass
+        return "  ".join(f"{k}={short_text(v)}" for k, v in self.data.items()
+                         if k not in BULKY_FIELDS)
+
+
+Record = StepSample | Event
+
+# Fields too big for one line of text (they stay in metrics.jsonl and the report).
+BULKY_FIELDS = frozenset({"traceback", "top_ops", "system", "lines", "model", "phases"})
+
+
+def record_from_json(row: Mapping[str, Any]) -> Record:
+    """Any metrics.jsonl row back into its record; ValueError for a row that is neither."""
+    if "event" in row:
+        return Event.from_json(row)
+    return StepSample.from_json(row)
+
+
+
+# ---- the event kinds ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class EventKind:
+    name: str
+    doc: str  # what it means, for docs/ARCHITECTURE.md and the help
+    fields: Mapping[str, Any] = field(default_factory=dict)  # what readers may rely on
+    loud: bool = True  # headless output prints a line for it
+    summary: Callable[[Mapping[str, Any]], str] | None = None  # the line's text
+
+
+RUN_STARTED = "run_started"
+RUN_FINISHED = "run_finished"
+ERROR = "error"
+PAUSED = "paused"
+RESUMED = "resumed"
+PROFILE_STARTED = "profile_started"
+PROFILE_ANALYSING = "profile_analysing"
+PROFILE_DONE = "profile_done"
+PROFILE_CANCELLED = "profile_cancelled"
+LEAK_SUSPECTED = "leak_suspected"
+LEAK_CLEARED = "leak_cleared"
+LEAK_DEMO_STARTED = "leak_demo_started"
+LEAK_DEMO_STOPPED = "leak_demo_stopped"
+LEDGER = "ledger"
+LEDGER_FAILED = "ledger_failed"
+MEMORY_GUARD = "memory_guard"
+METRICS_WRITE_FAILED = "metrics_write_failed"
+REPORT_WRITTEN = "report_written"
+CONTROL = "control"
+HINT = "hint"
+MEMORY_SNAPSHOT = "memory_snapshot"
+WEIGHTS_SAVED = "weights_saved"
+REQUEST_DONE = "request_done"
+ADMISSION = "admission"
+CACHE_BASELINE = "cache_baseline"
+
+_OP_FIELDS = {"name": "str", "calls": "int", "self_cpu_us": "num", "cpu_total_us": "num",
+              "self_device_us": "num", "device_total_us": "num", "cpu_memory_bytes": "int",
+              "device_memory_bytes": "int", "user_annotation": "bool", "on_device": "bool"}
+_SOFTWARE = ("python", "torch", "cuda", "cudnn", "numpy", "memtop", "os", "source")
+_LEAK_FIELDS: dict[str, Any] = {
+    "counter": "str", "kind": "str", "bytes_per_step": "num", "growth_bytes_per_step": "num",
+    "since_step": "int", "seconds_to_full": "num", "steps_to_full": "num",
+    "capacity_bytes": "int", "hint": "str", "likely_cause": "str", "alert_step": "int",
+    "released_tensors": "int", "watched_bytes": "int", "limit_bytes": "int"}
+
+
+def _started(d: Mapping[str, Any]) -> str:
+    name = d.get("device_name") or d.get("device") or "?"
+    total = d.get("device_total_bytes")
+    text = (f"{name}{' ' + format_bytes(total) if total else ''}, amp {d.get('amp', '?')}, "
+            f"{d.get('params', '?')} params")
+    if d.get("mode") == "infer":
+        text += f", inference: {switches_text(d.get('switches'))}, weights {d.get('weights')}"
+    return text
+
+
+def switches_text(switches: Any, short: bool = False) -> str:
+    """The tutorial's three inference switches (§2.4) as the run set them."""
+    if not isinstance(switches, Mapping):
+        return "n/a"
+    scaler = switches.get("grad_scaler")
+    if short:
+        return "·".join(("eval" if switches.get("eval") else "TRAIN-MODE",
+                         "inference_mode" if switches.get("inference_mode") else "GRAD",
+                         "no scaler" if not scaler else "SCALER"))
+    return (f"eval() {'on' if switches.get('eval') else 'OFF'}, inference_mode "
+            f"{'on' if switches.get('inference_mode') else 'OFF'}, "
+            f"{'no GradScaler' if not scaler else 'GradScaler ' + str(scaler)}")
+
+
+def _weights_saved(d: Mapping[str, Any]) -> str:
+    if d.get("error"):
+        return f"weights not saved: {d['error']}"
+    return f"{d.get('path')} ({format_bytes(d.get('bytes'))})"
+
+
+def _request_done(d: Mapping[str, Any]) -> str:
+    def ms(key: str) -> str:
+        v = d.get(key)
+        return f"{v:.1f} ms" if isinstance(v, (int, float)) else "n/a"
+
+    return (f"request {d.get('request')}: TTFT {ms('ttft_ms')}, decode p50 {ms('decode_ms_p50')} "
+            f"p95 {ms('decode_ms_p95')}/token, KV {format_bytes(d.get('kv_cache_bytes'))}")
+
+
+def _admission(d: Mapping[str, Any]) -> str:
+    return (f"{d.get('sequences_fit')} sequences of {d.get('seq_len')} tokens fit in "
+            f"{format_bytes(d.get('budget_bytes'))} ({d.get('budget_source')}); limited by "
+            f"{d.get('limit')}")
+
+
+def _baseline(d: Mapping[str, Any]) -> str:
+    speed = d.get("speedup")
+    return (f"{d.get('tokens')} tokens: cache {d.get('cached_ms_per_token_p50', 0):.2f} ms/token "
+            f"vs recompute {d.get('recompute_ms_per_token_p50', 0):.2f} ms/token"
+            + (f" ({speed:.1f}x)" if isinstance(speed, (int, float)) else "")
+            + ("" if d.get("same_tokens") else "; TOKENS DIFFER"))
+
+
+def _leak(d: Mapping[str, Any]) -> str:
+    rate = format_bytes(d.get("bytes_per_step"))
+    text = f"{d.get('counter')} grows {rate}/step since step {d.get('since_step')}"
+    if d.get("hint"):
+        text += f"; {d['hint']}"
+    return text
+
+
+def _profile_done(d: Mapping[str, Any]) -> str:
+    ops = d.get("top_ops") or []
+    top = ops[0].get("name") if ops and isinstance(ops[0], dict) else None
+    return (f"{d.get('dir')}: {len(ops)} ops, top {top}" if top else f"{d.get('dir')}")
+
+
+def _error(d: Mapping[str, Any]) -> str:
+    return f"{d.get('error_type', 'Error')}: {d.get('message', '')}"
+
+
+def _control(d: Mapping[str, Any]) -> str:
+    at = f" at step {d['at_step']}" if d.get("at_step") else ""
+    return f"{d.get('request')} requested by {d.get('source', '?')}{at}"
+
+
+_KINDS = (
+    EventKind(RUN_STARTED, "the run's device, amp, model size, counters and machine",
+              {"device": "str", "device_name": "str", "device_total_bytes": "int", "amp": "str",
+               "params": "int", "counters": "str", "driver_counter": "str", "world_size": "int",
+               "pid": "int", "tokens_per_step": "int", "samples_per_step": "int",
+               "memory_history": "str", "nvml_match": "str", "mig": "bool",
+               "mode": "str", "weights": "str", "kv_formula": "str",
+               "kv_bytes_per_token": "int",
+               "switches": {"eval": "bool", "inference_mode": "bool", "grad_scaler": "str"},
+               "system": {"gpu_name": "str", "gpu_capability": "scalar", "cpu_model": "str",
+                          "cpu_count": "int", "ram_bytes": "int",
+                          **{k: "scalar" for k in _SOFTWARE}}},
+              summary=_started),
+    EventKind(RUN_FINISHED, "the last row of every run: why it ended",
+              {"reason": "str", "state": "str", "abandoned_step": "int"},
+              summary=lambda d: str(d.get("reason"))),
+    EventKind(ERROR, "the training failed: type, message, traceback, CUDA artifacts",
+              {"error_type": "str", "message": "str", "traceback": "str"}, summary=_error),
+    EventKind(PAUSED, "training paused at a step boundary", {"source": "str"},
+              summary=lambda d: f"by {d.get('source', '?')}"),
+    EventKind(RESUMED, "training resumed", {"paused_s": "num"},
+              summary=lambda d: f"after {d.get('paused_s', 0):.1f} s"),
+    EventKind(PROFILE_STARTED, "a profiler window opened (its schedule and folder)",
+              {"wait": "int", "warmup": "int", "active": "int", "trigger": "str", "dir": "str",
+               "record_shapes": "bool", "profile_memory": "bool", "phase": "str"},
+              summary=lambda d: f"wait {d.get('wait')} / warmup {d.get('warmup')} / active "
+                                f"{d.get('active')} into {d.get('dir')}"),
+    EventKind(PROFILE_ANALYSING, "the window's trace is written; its table is being computed",
+              {"dir": "str", "export_s": "num"}, loud=False),
+    EventKind(PROFILE_DONE, "a profiler window's top-ops table is ready",
+              {"dir": "str", "sort_by": "str", "analysis_s": "num", "top_ops": [_OP_FIELDS],
+               "phases": [{"name": "str", "calls": "int", "cpu_total_us": "num",
+                           "device_span_us": "num"}],
+               "phase": "str"},
+              summary=_profile_done),
+    EventKind(PROFILE_CANCELLED, "a profiler window ended without a table, and why",
+              {"dir": "str", "reason": "str"}, summary=lambda d: str(d.get("reason"))),
+    EventKind(LEAK_SUSPECTED, "sustained growth of end-of-step memory", _LEAK_FIELDS,
+              summary=_leak),
+    EventKind(LEAK_CLEARED, "the grown counter is flat again", _LEAK_FIELDS,
+              summary=lambda d: f"{d.get('counter')} flat since step {d.get('since_step')}"),
+    EventKind(LEAK_DEMO_STARTED, "the leak demo started keeping tensors", _LEAK_FIELDS,
+              summary=lambda d: f"{d.get('kind')}: {d.get('hint', '')}"),
+    EventKind(LEAK_DEMO_STOPPED, "the leak demo stopped and released what it kept",
+              _LEAK_FIELDS,
+              summary=lambda d: f"released {d.get('released_tensors', '?')} tensors"),
+    EventKind(LEDGER, "the memory ledger moved (measured lines beside the formulas)",
+              {"lines": [{"name": "str", "measured_bytes": "int", "predicted_bytes": "int",
+                          "formula": "str", "note": "str"}],
+               "model": {"vocab_size": "int", "param_dtype": "str"},
+               "sampled_step": "int", "batch_size": "int", "seq_len": "int", "snapshot": "str",
+               "measure_ms": "num", "total_measured_bytes": "int", "allocated_bytes": "int",
+               "reserved_bytes": "int", "explained_bytes": "int", "unexplained_bytes": "int",
+               "unexplained_ratio": "num", "attention_scores_bytes": "int",
+               "peak_allocated_bytes": "int", "counter": "str", "device": "str"},
+              loud=False),
+    EventKind(LEDGER_FAILED, "the ledger stopped measuring, and why", {"message": "str"},
+              summary=lambda d: str(d.get("message"))),
+    EventKind(MEMORY_GUARD, "--max-memory stopped the run before the limit", _LEAK_FIELDS,
+              summary=lambda d: f"{d.get('counter')} at {format_bytes(d.get('watched_bytes'))} "
+                                f"would pass {format_bytes(d.get('limit_bytes'))}"),
+    EventKind(METRICS_WRITE_FAILED, "metrics.jsonl could not be written (disk full ...)",
+              {"reason": "str"}, summary=lambda d: str(d.get("reason"))),
+    EventKind(REPORT_WRITTEN, "report.md / report.json were (re)written", {"path": "str"},
+              loud=False),
+    EventKind(HINT, "a pitfall seen live (tutorial §7): what, why, what to do; once a run",
+              {"hint": "str", "title": "str", "why": "str", "detail": "str"},
+              summary=lambda d: f"{d.get('title')}: {d.get('detail') or d.get('why')}"),
+    EventKind(MEMORY_SNAPSHOT, "a CUDA memory snapshot for pytorch.org/memory_viz (the m key)",
+              {"path": "str", "dump_s": "num", "bytes": "int", "kind": "str", "error": "str"},
+              summary=lambda d: str(d.get("error") or f"{d.get('path')} ({d.get('kind')}, "
+                                                        f"{d.get('dump_s')} s)")),
+    EventKind(CONTROL, "a request from a viewer or the launcher, accepted",
+              {"request": "str", "source": "str", "at_step": "int"}, summary=_control),
+    EventKind(WEIGHTS_SAVED, "the trained weights were written (weights.pt), or why not",
+              {"path": "str", "bytes": "int", "error": "str"}, summary=_weights_saved),
+    EventKind(REQUEST_DONE, "inference: one request (B sequences) generated all its tokens",
+              {"request": "int", "ttft_ms": "num", "decode_ms_p50": "num",
+               "decode_ms_p95": "num", "prefill_tokens_per_s": "num",
+               "decode_tokens_per_s": "num", "kv_cache_bytes": "int",
+               "kv_cache_predicted_bytes": "int", "new_tokens": "int"},
+              summary=_request_done),
+    EventKind(ADMISSION, "inference: how many concurrent sequences fit in the budget, and why",
+              {"budget_bytes": "int", "budget_source": "str", "used_bytes": "int",
+               "weights_bytes": "int", "kv_bytes_per_sequence": "int",
+               "temp_bytes_per_sequence": "int", "sequences_fit": "int", "seq_len": "int",
+               "limit": "str", "limit_kind": "str"}, summary=_admission),
+    EventKind(CACHE_BASELINE, "inference: the same tokens with and without the KV cache",
+              {"tokens": "int", "batch_size": "int", "prompt_len": "int",
+               "cached_ms_per_token_p50": "num", "recompute_ms_per_token_p50": "num",
+               "cached_total_ms": "num", "recompute_total_ms": "num", "speedup": "num",
+               "cached_peak_bytes": "int", "recompute_peak_bytes": "int",
+               "kv_cache_bytes": "int", "same_tokens": "bool", "peak_note": "str"},
+              summary=_baseline),
+)
+EVENT_KINDS: dict[str, EventKind] = {k.name: k for k in _KINDS}
+

@@ -1,0 +1,103 @@
+"""A step row: what one optimizer step measured, as a frozen dataclass with units in its field
+names. It crosses threads (the training thread to the UI's ring) and files (one JSON object a
+line in metrics.jsonl, probes/runfolder/writer.py); ``from_json`` reads it back with each
+field's type checked, so a hand-edited file shows n/a instead of crashing a reader.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from probes.records.values import has_type, is_int
+
+
+@dataclass(frozen=True)
+class StepSample:
+    """What one optimizer step measured. None means "this probe could not read" (shown n/a)."""
+
+    step: int  # 1-based index of the optimizer step just finished
+    time_s: float  # seconds since the run started, at the end of the step
+    loss: float | None  # None when the loop did not hand a loss over
+    tokens_per_s: float | None  # tokens of this step / its wall time; None when not known
+    step_ms: float  # wall time of the whole step, data to optimizer update
+    allocated_bytes: int | None  # CUDA: memory_allocated; CPU: glibc heap in use
+    reserved_bytes: int | None  # CUDA: memory_reserved; CPU: bytes malloc holds from the OS
+    peak_allocated_bytes: int | None  # since the reset after warmup (CPU: max of sampled values)
+    driver_used_bytes: int | None  # CUDA: NVML, this process on the device; CPU: process RSS
+    host_rss_bytes: int | None  # resident set size of this process
+    scale: float | None  # GradScaler scale; None when no scaler runs
+    skipped_steps: int  # optimizer steps skipped so far (inf/nan gradients)
+    amp: str  # "off" | "bf16" | "fp16" (autocast seen in the forward pass) | "unknown"
+    device: str  # "cpu" | "cuda:0" ...
+    grad_norm: float | None = None  # total gradient norm before clipping (unscaled)
+    profiling: bool = False  # the profiler traced this step (wait, warmup or active); not the
+    # steps while the window's table is analysed afterwards (a child process does that)
+    leak_active: bool = False  # a leak demo was injecting during this step
+    samples_per_s: float | None = None  # for loops that count samples, not tokens
+    micro_batches: int | None = None  # forward passes in this optimizer step (accumulation)
+    rank: int = 0  # the process's rank under torchrun; 0 when alone
+    step_peak_allocated_bytes: int | None = None  # this step's high-water mark (CPU: sampled)
+    alloc_retries: int | None = None  # CUDA: cudaMalloc retried after a cache flush, so far
+    ooms: int | None = None  # CUDA: out-of-memory errors the allocator raised, so far
+    # inference steps only (`memtop infer`); left out of a training row's JSON
+    phase: str | None = None  # one of PHASES: "prefill" (the prompt) or "decode" (one token)
+    tokens: int | None = None  # tokens this step read (prefill: B × prompt) or made (decode: B)
+    request: int | None = None  # 1-based request (round of B sequences) the step belongs to
+    context_tokens: int | None = None  # positions held in the KV cache after the step
+    kv_cache_bytes: int | None = None  # measured: bytes of the cache tensors' storages
+    kv_cache_predicted_bytes: int | None = None  # 2 × layers × B × T × dim × bytes/element
+
+    def to_json(self) -> dict[str, Any]:
+        # every field is a scalar, a str or None: a flat copy (dataclasses.asdict deep-copies
+        # each value, ~0.1 ms per step, a third of the Monitor's own per-step time)
+        row = {name: getattr(self, name) for name in _STEP_FIELDS}
+        for name in INFERENCE_FIELDS:
+            if row[name] is None:
+                del row[name]
+        return row
+
+    @classmethod
+    def from_json(cls, row: Mapping[str, Any]) -> StepSample:
+        """A metrics.jsonl step row back into a sample; ValueError when it is not one.
+
+        Values of the wrong type read as None (or the field's default), so one bad value never
+        hides the rest of the row.
+        """
+        if "event" in row or not is_int(row.get("step")):
+            raise ValueError("not a step row")
+        values: dict[str, Any] = {}
+        for name, (kind, optional, default) in _STEP_FIELDS.items():
+            value = row.get(name, default)
+            if not has_type(value, kind):
+                value = None if optional else default
+            values[name] = value
+        return cls(**values)
+
+
+def _field_specs(cls: type) -> dict[str, tuple[str, bool, Any]]:
+    """name -> (type spec, None allowed, default when missing) from the dataclass annotations."""
+    kinds = {"int": "int", "float": "num", "str": "str", "bool": "bool"}
+    specs: dict[str, tuple[str, bool, Any]] = {}
+    for f in dataclasses.fields(cls):
+        parts = [p.strip() for p in str(f.type).split("|")]
+        optional = "None" in parts
+        base = next(p for p in parts if p != "None")
+        default = f.default if f.default is not dataclasses.MISSING else (
+            None if optional else {"int": 0, "num": math.nan, "str": "", "bool": False}[
+                kinds[base]])
+        specs[f.name] = (kinds[base], optional, default)
+    return specs
+
+
+INFERENCE_FIELDS = ("phase", "tokens", "request", "context_tokens", "kv_cache_bytes",
+                    "kv_cache_predicted_bytes")  # only in inference rows
+STEP_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(StepSample)
+                                     if f.name not in INFERENCE_FIELDS)  # in every step row
+PREFILL = "prefill"  # the prompt in one pass: compute-bound, big temporary attention
+DECODE = "decode"  # one new token per sequence over the cache: bandwidth- and launch-bound
+PHASES = (PREFILL, DECODE)  # also the record_function labels in profiler traces
+_STEP_FIELDS = _field_specs(StepSample)

@@ -1,0 +1,141 @@
+"""Where a run's records go: its metrics file, and the in-process sinks (a dashboard's ring,
+headless output). Any thread may publish; a failing sink is dropped, a failing disk stops the
+run cleanly (every row already written stays valid).
+
+A process that must end while its training thread is stuck in a step (the terminal went away,
+the step does not finish in time) seals the file from another thread: ``run_finished`` is then
+the last row, and whatever the abandoned step publishes later is dropped.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from probes import records as R
+from probes.records import Event, Record
+from probes.runfolder.atomic import write_json
+from probes.runfolder.layout import CONFIG, metrics_name
+from probes.runfolder.state import RunState
+from probes.runfolder.writer import MetricsWriter
+
+Sink = Callable[[Record], None]
+
+
+class RunRecorder:
+    """Writes one process's records into the run folder and passes them on to sinks.
+
+    ``state`` is the run's state folded from everything published (probes/runfolder/state.py).
+    ``on_write_failed(reason)`` is called once if the metrics file cannot be written.
+    """
+
+    def __init__(self, run_dir: str | Path, *, rank: int | None = None,
+                 sinks: Iterable[Sink] = (), config: dict[str, Any] | None = None,
+                 on_write_failed: Callable[[str], None] | None = None) -> None:
+        self.run_dir = Path(run_dir)
+        self.rank = rank
+        self.sinks: list[Sink] = list(sinks)
+        self.sink_errors: list[str] = []
+        self.write_failed = False
+        self.on_write_failed = on_write_failed
+        self.state = RunState()
+        self._t0 = time.perf_counter()
+        if config is not None and not rank:  # rank 0 (or a lone process) writes the config
+            write_json(self.run_dir / CONFIG, config)
+        self.metrics_path = self.run_dir / metrics_name(rank)
+        self._writer: MetricsWriter | None = MetricsWriter(self.metrics_path)
+        self._lock = threading.RLock()  # one row at a time; seal() waits for the row in flight
+        self.finished_written = False  # run_finished is in the file
+        self.sealed = False  # nothing more goes into the file (see seal())
+
+    def elapsed_s(self) -> float:
+        return time.perf_counter() - self._t0
+
+    def emit(self, name: str, step: int, data: dict[str, Any] | None = None) -> Event:
+        event = Event(name, step, self.elapsed_s(), dict(data or {}), self.rank or 0)
+        self.publish(event)
+        return event
+
+    def publish(self, record: Record) -> None:
+        with self._lock:
+            if self.sealed:
+                return  # the run was ended from outside: run_finished stays the last row
+            writer = self._writer
+            if writer is not None:
+                try:
+                    writer.write(record)
+                except OSError as exc:  # disk full, file system gone: stop cleanly
+                    self._failed(exc, record)
+            if isinstance(record, Event) and record.event == R.RUN_FINISHED:
+                self.finished_written = True
+        self.state.apply(record)
+        self._to_sinks(record)
+
+    def seal(self, reason: str, step: int, abandoned_step: int | None = None,
+             timeout_s: float = 1.0) -> bool:
+        """End the file from any thread: run_finished (unless written already), then no more
+        rows. For a process that leaves while its training thread is still inside a step.
+
+        Waits at most ``timeout_s`` for a row being written; False when it could not seal.
+        """
+        if not self._lock.acquire(timeout=timeout_s):
+            return False
+        try:
+            if self.sealed:
+                return True
+            if not self.finished_written:
+                data: dict[str, Any] = {"reason": reason}
+                if abandoned_step is not None:
+                    data["abandoned_step"] = abandoned_step
+                event = Event(R.RUN_FINISHED, step, self.elapsed_s(), data, self.rank or 0)
+                writer = self._writer
+                if writer is not None:
+                    try:
+                        writer.write(event)
+                    except (OSError, ValueError):
+                        pass
+                self.finished_written = True
+                self.state.apply(event)
+            self.sealed = True
+            self.close()
+            return True
+        finally:
+            self._lock.release()
+
+    def _to_sinks(self, record: Record) -> None:
+        """A sink that fails (a closed pipe, a UI bug) is dropped; it never stops the run.
+
+        A failed ``assert`` is the exception: it is a bug (a test's check in its sink, or an
+        invariant of memtop's own), so it propagates and fails the step instead of letting the
+        run go on without the code that was meant to check it.
+        """
+        for sink in list(self.sinks):
+            try:
+                sink(record)
+            except AssertionError:
+                self.sinks.remove(sink)
+                raise
+            except Exception as exc:
+                self.sinks.remove(sink)
+                self.sink_errors.append(f"{type(exc).__name__}: {exc}")
+
+    def _failed(self, exc: OSError, record: Record) -> None:
+        writer, self._writer = self._writer, None  # stop writing; earlier rows are complete
+        if writer is not None:
+            writer.close()
+        self.write_failed = True
+        reason = (f"cannot write {self.metrics_path}: {exc.strerror or exc}; training stopped, "
+                  f"rows up to step {max(0, record.step - 1)} are saved")
+        self._to_sinks(Event(R.METRICS_WRITE_FAILED, record.step, self.elapsed_s(),
+                             {"reason": reason}, self.rank or 0))
+        if self.on_write_failed is not None:
+            self.on_write_failed(reason)
+
+    def close(self) -> None:
+        with self._lock:
+            writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.close()

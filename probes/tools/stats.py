@@ -1,0 +1,28 @@
+"""Small statistics used across the reports and the live views, each defined once."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """Linear interpolation between closest ranks (numpy's default); p50 is the median."""
+    if not values:
+        return None
+    xs = sorted(values)
+    pos = (len(xs) - 1) * q / 100.0
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+# building ----------------------------------------------------------------------------------------
+
+
+def band(values: list[float]) -> dict[str, Any] | None:
+    """Median with its p25-p75 band; None without values."""
+    if not values:
+        return None
+    return {"median": percentile(values, 50), "p25": percentile(values, 25),
+            "p75": percentile(values, 75), "n": len(values)}
