@@ -52,7 +52,7 @@ def test_analyse_writes_the_phases_beside_the_table(tmp_path):
     assert result["top_ops"][0]["name"] == "aten::mm"
     assert [p["name"] for p in result["phases"]][0] == "ProfilerStep*"
     text = (tmp_path / "top_ops.txt").read_text()
-    assert "Phase (user annotation)" in text and "835.000us" in text
+    assert "Phase (user annotation)" in text and "835 µs" in text
 
 
 def test_cpu_ranking_is_unchanged():

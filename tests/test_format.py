@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from probes.records import StepSample
+from probes.tools import units as u
 from tui import format as f
 from tui import format_panels as fp
 
@@ -85,13 +86,14 @@ def test_header_text_fits_80_columns_and_keeps_the_essentials():
 
 
 def test_clock_duration_and_count():
-    assert f.format_clock(59) == "0:59" and f.format_clock(3725) == "1:02:05"
-    assert f.format_clock(None) == "n/a"
-    assert f.format_duration(30) == "30 s"
-    assert f.format_duration(7260) == "2 h 1 min"
-    assert f.format_count(842496) == "0.84M"
-    assert f.format_steps(950) == "950" and f.format_steps(12500) == "12k"
-    assert f.format_us(1500) == "1.50 ms" and f.format_us(None) == "-"
+    assert u.format_clock(59) == "0:59" and u.format_clock(3725) == "1:02:05"
+    assert u.format_clock(None) == "n/a"
+    assert u.format_duration(30) == "30 s"
+    assert u.format_duration(7260) == "2 h 1 min"
+    assert u.format_count(842496) == "0.84M"
+    assert u.format_steps(950) == "950" and u.format_steps(12500) == "12k"
+    assert u.format_us(1500) == "1.50 ms" and u.format_us(None) == "n/a"
+    assert u.format_us(None, na="-") == "-"
 
 
 def test_leak_alert_line_says_rate_since_and_time_to_full():

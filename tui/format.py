@@ -9,9 +9,14 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from probes.tools.units import format_bytes, format_rate
-
-NA = "n/a"
+from probes.tools.units import (
+    NA,
+    format_bytes,
+    format_clock,
+    format_count,
+    format_ms,
+    format_rate,
+)
 
 # Pane ids in display order, and what kind of value each holds.
 PANE_KINDS: dict[str, str] = {
@@ -134,16 +139,6 @@ def format_value(kind: str, value: float | None) -> str:
     return f"{value:g}"
 
 
-def format_ms(ms: float | None) -> str:
-    if ms is None:
-        return NA
-    if ms >= 10_000:
-        return f"{ms / 1000:.1f} s"
-    if ms >= 100:
-        return f"{ms:.0f} ms"
-    return f"{ms:.1f} ms" if ms >= 1 else f"{ms:.2f} ms"
-
-
 def format_scale(scale: float | None) -> str:
     """GradScaler scale: 65536 as is, large ones as 2^k (scales are powers of two)."""
     if scale is None:
@@ -154,65 +149,6 @@ def format_scale(scale: float | None) -> str:
             return f"2^{int(exp)}"
         return f"{scale:.3g}"
     return f"{scale:g}"
-
-
-def format_us(us: float | None) -> str:
-    """Profiler microseconds in the unit that reads best."""
-    if us is None:
-        return "-"
-    if us >= 1_000_000:
-        return f"{us / 1e6:.2f} s"
-    if us >= 1000:
-        return f"{us / 1000:.2f} ms"
-    return f"{us:.0f} µs"
-
-
-def format_count(n: float | None) -> str:
-    """Parameter counts: 804224 -> 0.80M."""
-    if n is None:
-        return NA
-    if n >= 1e9:
-        return f"{n / 1e9:.2f}B"
-    if n >= 1e5:
-        return f"{n / 1e6:.2f}M"
-    if n >= 1e3:
-        return f"{n / 1e3:.1f}k"
-    return str(int(n))
-
-
-def format_steps(n: float | None) -> str:
-    """Step counts: 950, 12.5k, 1.2M."""
-    if n is None:
-        return NA
-    if n >= 1e6:
-        return f"{n / 1e6:.1f}M"
-    if n >= 1e4:
-        return f"{n / 1e3:.0f}k"
-    return f"{int(n)}"
-
-
-def format_clock(seconds: float | None) -> str:
-    """Elapsed time as H:MM:SS (M:SS under an hour)."""
-    if seconds is None or seconds < 0 or not math.isfinite(seconds):
-        return NA
-    s = int(seconds)
-    h, rem = divmod(s, 3600)
-    m, sec = divmod(rem, 60)
-    return f"{h}:{m:02d}:{sec:02d}" if h else f"{m}:{sec:02d}"
-
-
-def format_duration(seconds: float | None) -> str:
-    """A rough span for "full in ...": 45 s, 12 min, 3 h 10 min, 2.5 days."""
-    if seconds is None or not math.isfinite(seconds) or seconds < 0:
-        return NA
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 3600:
-        return f"{seconds / 60:.0f} min"
-    if seconds < 86400:
-        h, rem = divmod(int(seconds), 3600)
-        return f"{h} h {rem // 60} min"
-    return f"{seconds / 86400:.1f} days"
 
 
 def fit(text: str, width: int) -> str:

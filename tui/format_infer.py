@@ -9,8 +9,8 @@ from typing import Any
 
 from probes.records import StepSample
 from probes.tools.stats import percentile
-from probes.tools.units import format_bytes
-from tui.format import NA, fit, format_ms, format_value
+from probes.tools.units import NA, format_bytes, format_ms
+from tui.format import fit, format_value
 
 
 def kv_lines(s: StepSample | None, block_size: int | None, width: int) -> tuple[str, str]:

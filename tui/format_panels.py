@@ -8,8 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from probes.tools.units import format_bytes
-from tui.format import format_duration, format_steps, format_us
+from probes.tools.units import format_bytes, format_duration, format_steps, format_us
 
 # ---- leak alerts ----------------------------------------------------------------------------
 
@@ -207,8 +206,8 @@ def baseline_text(name: str, base: dict[str, Any], now: dict[str, Any],
     """'vs baseline NAME: tok/s 4.3k (+27%) │ step p50 14.8 ms (-22%) │ peak 112 MiB (-1%)'.
 
     Before the first measured step the baseline's own figures are shown instead."""
-    from probes.tools.units import format_rate
-    from tui.format import fit, format_ms
+    from probes.tools.units import format_ms, format_rate
+    from tui.format import fit
 
     fmt = {"tokens_per_s": ("tok/s", format_rate), "step_ms": ("step p50", format_ms),
            "peak_allocated_bytes": ("peak", format_bytes)}

@@ -20,8 +20,7 @@ from pathlib import Path
 from typing import TextIO
 
 from probes.analysis.sweep import OK, Cell, cell_result, not_run_row, write_outputs
-from probes.tools.units import format_bytes, format_rate
-from tui.format import format_clock
+from probes.tools.units import format_bytes, format_clock, format_rate
 from tui.output import say_all
 
 CHILD_STOP_WAIT_S = 60.0  # after Ctrl-C: how long the cell in flight may take to stop

@@ -19,7 +19,7 @@ from typing import Any
 from probes.analysis.compare.compare import load_run
 from probes.runfolder import RunFolderError, find_runs, write_json, write_text
 from probes.tools.tables import markdown_table
-from probes.tools.units import format_bytes, format_rate
+from probes.tools.units import format_bytes, format_duration, format_ms, format_rate
 
 SWEEP_VERSION = 1
 AXES = ("batch_size", "seq_len", "attention", "amp", "dim", "layers")
@@ -191,17 +191,13 @@ def varied(rows: list[dict[str, Any]]) -> set[str]:
     return {a for a in AXES if len({r[a] for r in rows}) > 1}
 
 
-def _fmt_ms(v: float | None) -> str:
-    return "n/a" if v is None else f"{v:.1f}"
-
-
 def table_lines(rows: list[dict[str, Any]]) -> list[str]:
-    header = ["cell", "status", "peak alloc", "peak resv", "tokens/s p50", "step ms p50",
-              "p95", "wall s"]
+    header = ["cell", "status", "peak alloc", "peak resv", "tokens/s p50", "step p50",
+              "step p95", "wall"]
     body = [[r["cell"], r["status"], format_bytes(r.get("peak_allocated_bytes")),
              format_bytes(r.get("peak_reserved_bytes")), format_rate(r.get("tokens_per_s_p50")),
-             _fmt_ms(r.get("step_ms_p50")), _fmt_ms(r.get("step_ms_p95")),
-             _fmt_ms(r.get("wall_s"))] for r in rows]
+             format_ms(r.get("step_ms_p50")), format_ms(r.get("step_ms_p95")),
+             format_duration(r.get("wall_s"))] for r in rows]
     return markdown_table(header, body).split("\n")
 
 

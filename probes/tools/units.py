@@ -1,8 +1,13 @@
-"""Human units: bytes and rates, and parsing sizes such as ``6GiB``."""
+"""Human units, each formatter defined once for the whole project (dashboard, headless lines,
+reports, comparisons): bytes, rates, milliseconds, microseconds, durations, clocks, counts; and
+parsing sizes such as ``6GiB``. None always reads as ``na`` ("n/a" unless a table wants "-")."""
 
 from __future__ import annotations
 
+import math
 import re
+
+NA = "n/a"
 
 _SIZE_UNITS = {
     "": 1, "b": 1,
@@ -48,3 +53,83 @@ def format_rate(n: float | None, unit: str = "", na: str = "n/a") -> str:
         if abs(n) >= div:
             return f"{n / div:.1f}{suffix}{unit}"
     return f"{n:.0f}{unit}" if abs(n) >= 10 else f"{n:.2f}{unit}"
+
+
+def format_ms(ms: float | None, digits: int | None = None, na: str = NA) -> str:
+    """Milliseconds: 0.12 ms, 12.3 ms, 123 ms, 12.3 s; ``digits`` fixes the decimals (12.30 ms)
+    where a column of figures must line up."""
+    if ms is None:
+        return na
+    if digits is not None:
+        return f"{ms:.{digits}f} ms"
+    if ms >= 10_000:
+        return f"{ms / 1000:.1f} s"
+    if ms >= 100:
+        return f"{ms:.0f} ms"
+    return f"{ms:.1f} ms" if ms >= 1 else f"{ms:.2f} ms"
+
+
+def format_pct(ratio: float | None, na: str = NA) -> str:
+    """A share as a percentage: 0.123 -> '12.3%'."""
+    return na if ratio is None else f"{ratio * 100:.1f}%"
+
+
+def format_us(us: float | None, na: str = NA) -> str:
+    """Profiler microseconds in the unit that reads best: 850 µs, 1.25 ms, 2.10 s."""
+    if us is None:
+        return na
+    if us >= 1_000_000:
+        return f"{us / 1e6:.2f} s"
+    if us >= 1000:
+        return f"{us / 1000:.2f} ms"
+    return f"{us:.0f} µs"
+
+
+def format_count(n: float | None) -> str:
+    """Parameter counts: 804224 -> 0.80M."""
+    if n is None:
+        return NA
+    if n >= 1e9:
+        return f"{n / 1e9:.2f}B"
+    if n >= 1e5:
+        return f"{n / 1e6:.2f}M"
+    if n >= 1e3:
+        return f"{n / 1e3:.1f}k"
+    return str(int(n))
+
+
+def format_steps(n: float | None) -> str:
+    """Step counts: 950, 12.5k, 1.2M."""
+    if n is None:
+        return NA
+    if n >= 1e6:
+        return f"{n / 1e6:.1f}M"
+    if n >= 1e4:
+        return f"{n / 1e3:.0f}k"
+    return f"{int(n)}"
+
+
+def format_clock(seconds: float | None) -> str:
+    """Elapsed time as H:MM:SS (M:SS under an hour)."""
+    if seconds is None or seconds < 0 or not math.isfinite(seconds):
+        return NA
+    s = int(seconds)
+    h, rem = divmod(s, 3600)
+    m, sec = divmod(rem, 60)
+    return f"{h}:{m:02d}:{sec:02d}" if h else f"{m}:{sec:02d}"
+
+
+def format_duration(seconds: float | None) -> str:
+    """A span of seconds: 0.45 s, 45 s, 12 min, 3 h 10 min, 2.5 days (rougher as it grows)."""
+    if seconds is None or not math.isfinite(seconds) or seconds < 0:
+        return NA
+    if seconds < 10:
+        return f"{seconds:.2f} s"
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 3600:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 86400:
+        h, rem = divmod(int(seconds), 3600)
+        return f"{h} h {rem // 60} min"
+    return f"{seconds / 86400:.1f} days"

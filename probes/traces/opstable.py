@@ -30,6 +30,9 @@ from decimal import Decimal
 from pathlib import Path
 from typing import IO, Any
 
+from probes.runfolder.atomic import write_text
+from probes.tools.units import format_bytes, format_us
+
 FILTERED_NAMES = frozenset({
     "[memory]", "[OutOfMemory]", "profiler::_record_function_enter",
     "profiler::_record_function_enter_new", "profiler::_record_function_exit",
@@ -311,8 +314,8 @@ def format_phases(phases: list[dict[str, Any]]) -> str:
         return ""
     lines = [f"{'Phase (user annotation)':<40}{'CPU total':>14}{'Device span':>14}{'Calls':>9}"]
     for ph in phases:
-        lines.append(f"{ph['name'][:38]:<40}{_us(ph['cpu_total_us']):>14}"
-                     f"{_us(ph['device_span_us']):>14}{ph['calls']:>9}")
+        lines.append(f"{ph['name'][:38]:<40}{_us_cell(ph['cpu_total_us']):>14}"
+                     f"{_us_cell(ph['device_span_us']):>14}{ph['calls']:>9}")
     return "\n".join(lines) + "\n"
 
 
@@ -323,35 +326,25 @@ def sort_rows(rows: list[dict[str, Any]], sort_by: str) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: (-(r[key] or 0.0), -(r[total] or 0.0), r["name"]))
 
 
-def _us(value: float | None) -> str:
-    if value is None:
-        return "-"
-    if abs(value) >= 1e6:
-        return f"{value / 1e6:.3f}s"
-    if abs(value) >= 1e3:
-        return f"{value / 1e3:.3f}ms"
-    return f"{value:.3f}us"
+def _us_cell(us: float | None) -> str:
+    return format_us(us, na="-")
 
 
-def _bytes(value: int | None) -> str:
-    if value is None:
-        return "-"
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if abs(value) >= size:
-            return f"{value / size:.2f} {unit}"
-    return f"{value} B"
+def _bytes_cell(n: int | None) -> str:
+    return format_bytes(n, na="-")
 
 
 def format_table(rows: list[dict[str, Any]], title: str = "", name_width: int = 60) -> str:
     """A fixed-width text table like torch's, with only the columns that were measured."""
-    cols: list[tuple[str, str, Any]] = [("Self CPU", "self_cpu_us", _us),
-                                        ("CPU total", "cpu_total_us", _us)]
+    cols: list[tuple[str, str, Any]] = [("Self CPU", "self_cpu_us", _us_cell),
+                                        ("CPU total", "cpu_total_us", _us_cell)]
     if any(r["self_device_us"] is not None for r in rows):
-        cols += [("Self device", "self_device_us", _us), ("Device total", "device_total_us", _us)]
+        cols += [("Self device", "self_device_us", _us_cell),
+                 ("Device total", "device_total_us", _us_cell)]
     if any(r["cpu_memory_bytes"] is not None for r in rows):
-        cols.append(("CPU mem", "cpu_memory_bytes", _bytes))
+        cols.append(("CPU mem", "cpu_memory_bytes", _bytes_cell))
     if any(r["device_memory_bytes"] is not None for r in rows):
-        cols.append(("Device mem", "device_memory_bytes", _bytes))
+        cols.append(("Device mem", "device_memory_bytes", _bytes_cell))
     header = f"{'Name':<{name_width}}" + "".join(f"{c[0]:>14}" for c in cols) + f"{'Calls':>9}"
     rule = "-" * len(header)
     lines = [title] if title else []
@@ -362,12 +355,6 @@ def format_table(rows: list[dict[str, Any]], title: str = "", name_width: int = 
                      + f"{r['calls']:>9}")
     lines.append(rule)
     return "\n".join(lines) + "\n"
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def analyse(trace_path: Path, out_dir: Path, sort_by: str = "cpu", top: int = 20,
@@ -383,12 +370,12 @@ def analyse(trace_path: Path, out_dir: Path, sort_by: str = "cpu", top: int = 20
     del trace
     total_self = sum(r["self_cpu_us"] for r in rows)
     title = (f"top ops of {trace_path.name}, sorted by self {sort_by} time; "
-             f"{n_events} trace events, self CPU total {_us(total_self)}")
-    _write_atomic(out_dir / "top_ops.txt", format_table(rows[:table_rows], title)
+             f"{n_events} trace events, self CPU total {_us_cell(total_self)}")
+    write_text(out_dir / "top_ops.txt", format_table(rows[:table_rows], title)
                   + format_phases(phases))
     result = {"sort_by": sort_by, "top_ops": rows[:top], "ops": len(rows), "events": n_events,
               "phases": phases, "analysis_s": time.perf_counter() - t0}
-    _write_atomic(out_dir / "top_ops.json", json.dumps(result, indent=1) + "\n")
+    write_text(out_dir / "top_ops.json", json.dumps(result, indent=1) + "\n")
     return result
 
 

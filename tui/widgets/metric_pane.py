@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections import deque
 
-from tui.format import NA, format_scale, format_value, label_value_line, range_text
+from probes.tools.units import NA
+from tui.format import format_scale, format_value, label_value_line, range_text
 from tui.widgets.line_pane import LinePane
 
 HISTORY = 512  # values kept per pane, whatever the run length

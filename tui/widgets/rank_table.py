@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from textual.widgets import Static
 
 from probes.records import StepSample
-from probes.tools.units import format_bytes, format_rate
-from tui.format import NA, fit, format_ms
+from probes.tools.units import NA, format_bytes, format_ms, format_rate
+from tui.format import fit
 
 RECENT_STEPS = 20  # step time per rank: median of the last steps (one step is noisy)
 COLUMNS = (("allocated", "alloc"), ("reserved", "resv"), ("peak", "peak"),

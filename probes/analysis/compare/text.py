@@ -6,17 +6,13 @@ from pathlib import Path
 from typing import Any
 
 from probes.tools.tables import markdown_table
-from probes.tools.units import format_bytes, format_rate
+from probes.tools.units import format_bytes, format_duration, format_ms, format_rate
 
 
 def _band(b: dict[str, Any] | None, fmt: Any) -> str:
     if b is None:
         return "n/a"
     return f"{fmt(b['median'])} [{fmt(b['p25'])}-{fmt(b['p75'])}]"
-
-
-def _ms(v: float | None) -> str:
-    return "n/a" if v is None else f"{v:.1f}"
 
 
 def _pct(ratio: float | None) -> str:
@@ -35,8 +31,8 @@ def run_rows(runs: list[dict[str, Any]]) -> list[str]:
         ("outcome", lambda r: r["outcome"]), ("steps", lambda r: str(r["steps"])),
         ("amp", lambda r: str(r["amp"] or "n/a")),
         ("tokens/s p50 [p25-p75]", lambda r: _band(r["tokens_per_s"], format_rate)),
-        ("step ms p50 [p25-p75]", lambda r: _band(r["step_ms"], _ms)),
-        ("step ms p95", lambda r: _ms(r["step_ms_p95"])),
+        ("step time p50 [p25-p75]", lambda r: _band(r["step_ms"], format_ms)),
+        ("step time p95", lambda r: format_ms(r["step_ms_p95"])),
         ("peak allocated", lambda r: format_bytes(r["peak_allocated_bytes"])),
         ("peak reserved", lambda r: format_bytes(r["peak_reserved_bytes"])),
         ("driver peak", lambda r: format_bytes(r["driver_peak_bytes"])),
@@ -108,8 +104,9 @@ def profiler_lines(p: dict[str, Any]) -> list[str]:
             continue
         shapes = "/".join("on" if x else "off" for x in w["record_shapes"])
         out.append(f"  - {label}: {w['windows']} window(s), record_shapes {shapes}; active step "
-                   f"ms {_band(w['active_step_ms'], _ms)}; export "
-                   f"{_secs(w['export_s'])}, analysis {_secs(w['analysis_s'])}, trace "
+                   f"ms {_band(w['active_step_ms'], format_ms)}; export "
+                   f"{format_duration(w['export_s'])}, analysis "
+                   f"{format_duration(w['analysis_s'])}, trace "
                    f"{format_bytes(w['trace_bytes'])}")
     if p["active_step_ms"] is not None:
         from probes.analysis.compare.compare import speed_verdict
@@ -117,10 +114,6 @@ def profiler_lines(p: dict[str, Any]) -> list[str]:
         out.append("  - active step time: " + speed_verdict(p["active_step_ms"],
                                                             higher_is_better=False))
     return out
-
-
-def _secs(v: float | None) -> str:
-    return "n/a" if v is None else f"{v:.2f} s"
 
 
 def render_markdown(result: dict[str, Any], charts: list[tuple[str, str]] | None = None) -> str:

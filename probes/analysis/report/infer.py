@@ -9,12 +9,12 @@ from __future__ import annotations
 from typing import Any
 
 from probes import records as R
-from probes.analysis.report.text import _op_time, _pct
+from probes.analysis.report.text import _op_time
 from probes.records import EVENT_KINDS, clean, finite_num, switches_text
 from probes.tools.kvcache import KV_FORMULA
 from probes.tools.stats import percentile
 from probes.tools.tables import markdown_table
-from probes.tools.units import format_bytes, format_rate
+from probes.tools.units import format_bytes, format_ms, format_pct, format_rate, format_us
 
 
 def _event(events: list[dict[str, Any]], name: str, last: bool = True) -> dict[str, Any] | None:
@@ -153,10 +153,6 @@ def infer_finding(r: dict[str, Any]) -> str:
     return " ".join(out)
 
 
-def _ms(v: Any, digits: int = 1) -> str:
-    return f"{v:.{digits}f} ms" if isinstance(v, (int, float)) else "n/a"
-
-
 def render_infer_markdown(r: dict[str, Any]) -> str:
     res, hw, sw, model, inp = r["results"], r["hardware"], r["software"], r["model"], r["input"]
     name = r["run_dir"].rstrip("/").split("/")[-1]
@@ -184,10 +180,11 @@ def render_infer_markdown(r: dict[str, Any]) -> str:
     md += [markdown_table(["field", "value"], setup), "", "## Results", ""]
     base = res["baseline"] or {}
     rows = [
-        ["TTFT p50 / p95 (prefill)", f"{_ms(res['ttft_ms_p50'])} / {_ms(res['ttft_ms_p95'])}"],
-        ["TTFT of request 1 (cold)", _ms(res["ttft_ms_cold"])],
-        ["decode per token p50 / p95", f"{_ms(res['decode_ms_p50'], 2)} / "
-                                       f"{_ms(res['decode_ms_p95'], 2)}"],
+        ["TTFT p50 / p95 (prefill)",
+         f"{format_ms(res['ttft_ms_p50'])} / {format_ms(res['ttft_ms_p95'])}"],
+        ["TTFT of request 1 (cold)", format_ms(res["ttft_ms_cold"])],
+        ["decode per token p50 / p95", f"{format_ms(res['decode_ms_p50'], 2)} / "
+                                       f"{format_ms(res['decode_ms_p95'], 2)}"],
         ["prefill tokens/s", format_rate(res["prefill_tokens_per_s"])],
         ["decode tokens/s", format_rate(res["decode_tokens_per_s"])],
         ["peak allocated", format_bytes(res["peak_allocated_bytes"])],
@@ -201,18 +198,20 @@ def render_infer_markdown(r: dict[str, Any]) -> str:
     md += ["## KV cache", "",
            f"Measured: the bytes of the cache tensors' storages after every step. Predicted: "
            f"{KV_FORMULA}. Largest difference over {res['kv_rows_checked']} steps: "
-           f"{_pct(res['kv_error_max'])}. Across the longest decode run the cache grew "
+           f"{format_pct(res['kv_error_max'])}. Across the longest decode run the cache grew "
            f"{format_bytes(res['kv_slope_bytes_per_position'])} per position (predicted "
            f"{format_bytes(res['kv_bytes_per_position'])} for B sequences; worst residual from "
-           f"a straight line {_pct(res['kv_linearity_worst'])} of the range); the allocator's "
-           f"counter grew {format_bytes(res['allocated_slope_bytes_per_position'])} per "
-           "position over the same steps.", ""]
+           f"a straight line {format_pct(res['kv_linearity_worst'])} of the range); the "
+           f"allocator's counter grew "
+           f"{format_bytes(res['allocated_slope_bytes_per_position'])} per position over the "
+           "same steps.", ""]
     md += ["## Cache-off baseline", ""]
     if base:
         md += [markdown_table(["", "with cache", "recompute (no cache)"], [
-            ["ms per token p50", _ms(base.get("cached_ms_per_token_p50"), 2),
-             _ms(base.get("recompute_ms_per_token_p50"), 2)],
-            ["total ms", _ms(base.get("cached_total_ms")), _ms(base.get("recompute_total_ms"))],
+            ["per token p50", format_ms(base.get("cached_ms_per_token_p50"), 2),
+             format_ms(base.get("recompute_ms_per_token_p50"), 2)],
+            ["total", format_ms(base.get("cached_total_ms")),
+             format_ms(base.get("recompute_total_ms"))],
             ["peak", format_bytes(base.get("cached_peak_bytes")),
              format_bytes(base.get("recompute_peak_bytes"))],
             ["KV cache held", format_bytes(base.get("kv_cache_bytes")), "0 B"]],
@@ -243,8 +242,8 @@ def render_infer_markdown(r: dict[str, Any]) -> str:
             md += [f"### {phase}: window {w['status']} ({w.get('reason')})", ""]
             continue
         md += [f"### {phase} (sorted by {w['sort_by']} time; trace in `{w['dir']}`)", ""]
-        ops = [[op.get("name"), op.get("calls"), _us(op.get("self_cpu_us")),
-                _us(op.get("cpu_total_us")), _us(op.get("self_device_us"))]
+        ops = [[op.get("name"), op.get("calls"), format_us(op.get("self_cpu_us")),
+                format_us(op.get("cpu_total_us")), format_us(op.get("self_device_us"))]
                for op in w["top_ops"]]
         md += [markdown_table(["op", "calls", "self CPU", "CPU total", "self device"], ops,
                      right={1, 2, 3, 4}), ""]
@@ -252,7 +251,3 @@ def render_infer_markdown(r: dict[str, Any]) -> str:
         md += ["## Errors", ""] + [f"- step {e['step']}: {e['type']}: {e['message']}"
                                    for e in r["status"]["errors"]] + [""]
     return "\n".join(md)
-
-
-def _us(v: Any) -> str:
-    return f"{v / 1000:.2f} ms" if isinstance(v, (int, float)) else "n/a"

@@ -12,7 +12,7 @@ from typing import Any
 from probes.analysis.ranks import failure_text, rank_ends, read_process_exits, spread
 from probes.analysis.report.read import read_rows
 from probes.tools.tables import markdown_table
-from probes.tools.units import format_bytes, format_rate
+from probes.tools.units import format_bytes, format_ms, format_rate
 
 SPREAD_KEYS = ("tokens_per_s_p50", "step_ms_p50", "step_ms_p95", "peak_allocated_bytes",
                "peak_reserved_bytes", "driver_peak_bytes")
@@ -69,15 +69,11 @@ def _spread(values: list[Any]) -> dict[str, float | None]:
         {"min": None, "median": None, "max": None}
 
 
-def _ms(v: Any) -> str:
-    return f"{v:.1f} ms" if isinstance(v, (int, float)) else "n/a"
-
-
 def render_ranks(sec: dict[str, Any]) -> list[str]:
     """The "Ranks" section of report.md."""
     md = ["## Ranks", ""]
     rows = [[r["rank"], r["steps_recorded"], format_rate(r["tokens_per_s_p50"]),
-             _ms(r["step_ms_p50"]), _ms(r["step_ms_p95"]),
+             format_ms(r["step_ms_p50"]), format_ms(r["step_ms_p95"]),
              format_bytes(r["peak_allocated_bytes"]), format_bytes(r["peak_reserved_bytes"]),
              format_bytes(r["driver_peak_bytes"]), r["end"] or "no run_finished"]
             for r in sec["per_rank"]]
@@ -85,7 +81,7 @@ def render_ranks(sec: dict[str, Any]) -> list[str]:
                   "peak resv", "driver peak", "end"], rows, right={0, 1, 2, 3, 4, 5, 6, 7}), ""]
     sp = sec["spread"]
     fmt: dict[str, Callable[[Any], str]] = {"tokens_per_s_p50": format_rate,
-                                            "step_ms_p50": _ms, "step_ms_p95": _ms}
+                                            "step_ms_p50": format_ms, "step_ms_p95": format_ms}
     names = {"tokens_per_s_p50": "tokens/s p50", "step_ms_p50": "step time p50",
              "step_ms_p95": "step time p95", "peak_allocated_bytes": "peak allocated",
              "peak_reserved_bytes": "peak reserved", "driver_peak_bytes": "driver-level peak"}
@@ -96,8 +92,8 @@ def render_ranks(sec: dict[str, Any]) -> list[str]:
     if sec.get("slowest"):
         s = sec["slowest"]
         over = f"{s['over_median']:+.1%}" if s["over_median"] is not None else "n/a"
-        md.append(f"- Slowest rank: {s['rank']} (step p50 {_ms(s['step_ms_p50'])}, {over} over "
-                  f"the median); {s['note']}.")
+        md.append(f"- Slowest rank: {s['rank']} (step p50 {format_ms(s['step_ms_p50'])}, {over} "
+                  f"over the median); {s['note']}.")
     if sec.get("highest_peak"):
         h = sec["highest_peak"]
         md.append(f"- Highest peak: rank {h['rank']} ({format_bytes(h['peak_allocated_bytes'])},"

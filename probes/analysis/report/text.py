@@ -9,26 +9,16 @@ from __future__ import annotations
 from typing import Any
 
 from probes.tools.tables import markdown_table
-from probes.tools.units import format_bytes, format_rate
+from probes.tools.units import (
+    format_bytes,
+    format_duration,
+    format_ms,
+    format_pct,
+    format_rate,
+    format_us,
+)
 
 _NON_TENSOR = ("runtime heap at start", "other / temporaries", "allocator cache")
-
-
-def _ms(v: float | None) -> str:
-    return "n/a" if v is None else f"{v:.1f} ms"
-
-
-def _pct(v: float | None) -> str:
-    return "n/a" if v is None else f"{v * 100:.1f}%"
-
-
-def _duration(seconds: object) -> str:
-    if not isinstance(seconds, (int, float)):
-        return ""
-    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
-        if seconds >= size:
-            return f"{seconds / size:.1f} {unit}"
-    return f"{seconds:.0f} s"
 
 
 def _op_time(op: dict[str, Any]) -> tuple[float, str]:
@@ -109,8 +99,9 @@ def finding(r: dict[str, Any]) -> str:
                  if res.get(k) is not None), None)
     if rate is not None:
         s = (f"It trained at {format_rate(rate[0])} {rate[1]} (p50) with step "
-             f"times of {_ms(res['step_ms_p50'])} p50 and {_ms(res['step_ms_p95'])} p95")
-        s += (f", an MFU of {_pct(res['mfu'])} ({res['mfu_note']})." if res["mfu"] is not None
+             f"times of {format_ms(res['step_ms_p50'])} p50 and "
+             f"{format_ms(res['step_ms_p95'])} p95")
+        s += (f", an MFU of {format_pct(res['mfu'])} ({res['mfu_note']})." if res["mfu"] is not None
               else f"; no MFU ({res['mfu_note']}).")
         out.append(s)
     hypothesis = None
@@ -132,7 +123,7 @@ def finding(r: dict[str, Any]) -> str:
         s = (f"A leak was suspected at step {e.get('step')}: {e.get('counter')} grew "
              f"{format_bytes(e.get('bytes_per_step'))}/step since step {e.get('since_step')}")
         if isinstance(e.get("seconds_to_full"), (int, float)):
-            s += f", full in about {_duration(e['seconds_to_full'])}"
+            s += f", full in about {format_duration(e['seconds_to_full'])}"
         s += f" ({e['hint']})." if e.get("hint") else "."
         cleared = [c for c in r["leaks"] if c.get("event") == "leak_cleared"]
         if cleared:
@@ -150,10 +141,6 @@ def finding(r: dict[str, Any]) -> str:
     if hypothesis:
         out.append(f"Next hypothesis: {hypothesis}.")
     return " ".join(out)
-
-
-def _us(v: Any) -> str:
-    return f"{v / 1000:.2f} ms" if isinstance(v, (int, float)) else "n/a"
 
 
 def render_markdown(r: dict[str, Any]) -> str:
@@ -202,15 +189,15 @@ def render_markdown(r: dict[str, Any]) -> str:
         ["tokens/s p50", format_rate(res["tokens_per_s_p50"])],
         *([["samples/s p50", format_rate(res["samples_per_s_p50"])]]
           if res.get("samples_per_s_p50") is not None else []),
-        ["step time p50", _ms(res["step_ms_p50"])],
-        ["step time p95", _ms(res["step_ms_p95"])],
+        ["step time p50", format_ms(res["step_ms_p50"])],
+        ["step time p95", format_ms(res["step_ms_p95"])],
         ["peak allocated", format_bytes(res["peak_allocated_bytes"])],
         ["peak reserved", format_bytes(res["peak_reserved_bytes"])],
         ["driver-level peak", format_bytes(res["driver_peak_bytes"])],
         ["skipped steps", res["skipped_steps"]],
         ["FLOPs/token", f"{res['flops_per_token']:,}" if res["flops_per_token"] else None],
         ["achieved FLOP/s", format_rate(res["achieved_flops_per_s"], "FLOP/s")],
-        ["MFU", _pct(res["mfu"])],
+        ["MFU", format_pct(res["mfu"])],
     ]
     if res.get("cache_free_bytes") is not None or res.get("alloc_retries") is not None:
         results += [  # CUDA only (probes/counters/cudamem.py)
@@ -249,7 +236,7 @@ def render_markdown(r: dict[str, Any]) -> str:
                f"allocated {format_bytes(led.get('allocated_bytes'))}, reserved "
                f"{format_bytes(led.get('reserved_bytes'))} at the snapshot; unexplained "
                f"{format_bytes(led.get('unexplained_bytes'))} "
-               f"({_pct(led.get('unexplained_ratio'))} of allocated).", ""]
+               f"({format_pct(led.get('unexplained_ratio'))} of allocated).", ""]
     else:
         md += ["No ledger event was recorded.", ""]
     md += ["## Profiler windows", ""]
@@ -261,9 +248,9 @@ def render_markdown(r: dict[str, Any]) -> str:
             continue
         md += [f"### Window at step {w['step']} (sorted by {w['sort_by']}; trace in "
                f"`{w['dir']}`)", ""]
-        rows = [[op.get("name"), op.get("calls"), _us(op.get("self_cpu_us")),
-                 _us(op.get("cpu_total_us")), _us(op.get("self_device_us")),
-                 _us(op.get("device_total_us"))] for op in w["top_ops"]]
+        rows = [[op.get("name"), op.get("calls"), format_us(op.get("self_cpu_us")),
+                 format_us(op.get("cpu_total_us")), format_us(op.get("self_device_us")),
+                 format_us(op.get("device_total_us"))] for op in w["top_ops"]]
         md += [markdown_table(["op", "calls", "self CPU", "CPU total", "self device",
                                "device total"], rows, right={1, 2, 3, 4, 5}), ""]
     md += ["## Leak and memory events", ""]
@@ -273,7 +260,7 @@ def render_markdown(r: dict[str, Any]) -> str:
             per_step = e.get("bytes_per_step") or e.get("growth_bytes_per_step")
             rows.append([e.get("step"), e.get("event"), e.get("counter") or e.get("kind"),
                          format_bytes(per_step, na="") + ("/step" if per_step else ""),
-                         e.get("since_step", ""), _duration(e.get("seconds_to_full"))])
+                         e.get("since_step", ""), format_duration(e.get("seconds_to_full"))])
             if e.get("hint"):
                 hints.append(f"- step {e.get('step')} ({e.get('event')}): {e['hint']}")
         md += [markdown_table(["step", "event", "counter / kind", "growth", "since", "full in"],
