@@ -19,7 +19,9 @@ from probes.tools.lazy import lazy_exports
 
 _EXPORTS = {
     **dict.fromkeys(("GPTShape", "RunContext", "StepHook", "StepTensors"), ".hooks"),
-    **dict.fromkeys(("ProfilerWindow", "TRACE_NAME"), ".profwindow"),
+    "ProfilerWindow": ".profwindow",
+    **dict.fromkeys(("TRACE_NAME", "analyse_in_process", "export_trace", "stderr_to"),
+                    ".proftrace"),
     **dict.fromkeys(("LeakAlert", "LeakCleared", "LeakDetector", "LeakDetectorConfig",
                      "LeakWatch", "likely_cause", "theil_sen_slope"), ".leak"),
     **dict.fromkeys(("Ledger", "SavedTensorMeter", "activation_prediction", "unique_bytes"),
