@@ -17,7 +17,8 @@ framework callbacks to come.
     session = RunSession(run_dir, config=cfg); session.open(device); session.start(amp="off")
 
 Modules: monitor (Monitor, StepScope), session (RunSession, driver_label), setup (argument
-checks, default_hooks, rank and world size), stepvalues (a step's scalars at one sync).
+checks, default_hooks, rank and world size), stepvalues (a step's scalars at one sync, the
+GradScaler's skipped steps).
 Names load lazily (probes/tools/lazy.py): these modules import torch.
 """
 
@@ -29,7 +30,8 @@ _EXPORTS = {
     **dict.fromkeys(("Monitor", "StepScope"), ".monitor"),
     **dict.fromkeys(("BUILTIN_REQUESTS", "RunSession", "driver_label"), ".session"),
     **dict.fromkeys(("default_hooks", "env_rank", "env_world_size"), ".setup"),
-    **dict.fromkeys(("StepValues", "read_step_values"), ".stepvalues"),
+    **dict.fromkeys(("ScalerWatch", "StepValues", "non_finite_error", "read_step_values"),
+                    ".stepvalues"),
 }
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import math
 import os
 import time
 import weakref
@@ -49,10 +48,9 @@ from probes.monitor.setup import (
     default_hooks,
     env_rank,
     env_world_size,
-    initial_scale,
     make_folder,
 )
-from probes.monitor.stepvalues import StepValues, read_step_values
+from probes.monitor.stepvalues import ScalerWatch, StepValues, non_finite_error, read_step_values
 from probes.records import Event, StepSample
 from probes.records.errors import MonitorArgumentError, MonitorStateError, NonFiniteError
 from probes.runfolder.recorder import Sink
@@ -182,8 +180,7 @@ class Monitor:
         self._amp = amp or "auto"
         self._boundary_done = 0  # the step whose boundary work is done
         self._prev_watched: dict[str, int | None] | None = None
-        self._skipped = 0
-        self._scale = initial_scale(scaler)
+        self._scale_watch = ScalerWatch(scaler)
         self._micro = 0
         self._tracing = False
         self.leak_active = False  # set by a loop that runs memtop's leak demo
@@ -327,22 +324,16 @@ class Monitor:
 
     def _step_ended(self, scope: StepScope) -> None:
         step, v = scope.step, scope._values
-        scale_t = self._scale_tensor()
+        scale_t = self._scale_watch.scale_tensor()
         synced = any(isinstance(x, torch.Tensor) and x.device.type != "cpu"
                      for x in (v.loss, v.grad_norm, scale_t))
         loss, grad_norm, scale = read_step_values(v.loss, v.grad_norm, scale_t)
         step_s = max(time.perf_counter() - scope._t0, 1e-9)
-        if self.non_finite == "fail" and (self.scaler is None or not self.scaler.is_enabled()):
-            bad = next(((what, val) for what, val in (("loss", loss), ("gradient norm", grad_norm))
-                        if val is not None and not math.isfinite(val)), None)
-            if bad is not None:
-                raise NonFiniteError(
-                    f"{bad[0]} became {bad[1]} at step {step} with amp={self._amp} and no "
-                    "GradScaler to skip it; the weights are no longer valid")
-        if scale is not None:
-            if self._scale is not None and scale < self._scale:
-                self._skipped += 1  # the scaler backs off exactly when it skipped the step
-            self._scale = scale
+        if self.non_finite == "fail" and not self._scale_watch.enabled:
+            error = non_finite_error(step, self._amp, loss, grad_norm)
+            if error is not None:
+                raise error
+        self._scale_watch.update(scale)
         reading = self.memory.read()
         if step == self.warmup_steps:
             self.memory.reset_peak()  # set-up and first-step allocations leave the run's peak
@@ -350,8 +341,9 @@ class Monitor:
             step, reading, step_s, amp=self._amp,
             tokens_in_step=v.tokens if v.tokens is not None else self.tokens_per_step,
             samples_in_step=v.samples if v.samples is not None else self.samples_per_step,
-            loss=loss, scale=scale if self.scaler else None, skipped_steps=self._skipped,
-            grad_norm=grad_norm, profiling=self._tracing, leak_active=self.leak_active,
+            loss=loss, scale=scale if self.scaler else None,
+            skipped_steps=self._scale_watch.skipped, grad_norm=grad_norm,
+            profiling=self._tracing, leak_active=self.leak_active,
             micro_batches=self._micro or None)
         scope.sample = sample
         self.recorder.publish(sample)
@@ -368,15 +360,6 @@ class Monitor:
         if isinstance(exc, KeyboardInterrupt):
             return  # an interruption, not a failure: close() says so
         self.session.record_error(step, exc)
-
-    def _scale_tensor(self) -> Any:
-        """The GradScaler's scale as it stands, without a sync (read with the loss)."""
-        scaler = self.scaler
-        if scaler is None or not scaler.is_enabled():
-            return None
-        getter = getattr(scaler, "_get_scale_async", None)
-        tensor = getter() if getter is not None else None
-        return tensor if tensor is not None else scaler.get_scale()
 
     # step boundaries: requests, pauses, the memory guard ------------------------------------
     def _boundary(self, step: int) -> None:

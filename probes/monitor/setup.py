@@ -87,12 +87,6 @@ def default_hooks(*, profiler: bool = True, profile_schedule: tuple[int, int, in
     return hooks
 
 
-def initial_scale(scaler: Any) -> float | None:
-    if scaler is None or not scaler.is_enabled():
-        return None
-    return float(scaler.get_scale())  # the init scale until the first step: no sync
-
-
 def autocast_mode(device: torch.device) -> str | None:
     try:
         if not torch.is_autocast_enabled(device.type):
