@@ -127,7 +127,7 @@ class Monitor:
     allocations with Python stacks for the OOM snapshot; costs µs per allocation, off by
     default, probes/counters/cudamem.py); ``session`` (a RunSession not opened yet, built by a
     writer that needs its recorder before the loop starts, as memtop's trainer does; its run
-    folder, config and control are then the session's).
+    folder, rank, config and control are then the session's).
     """
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, *,
