@@ -71,10 +71,10 @@ from common import in_thread, median  # noqa: E402  (puts the repo root on sys.p
 from probes.control.requests import RunControl  # noqa: E402
 from probes.counters.cuda_stats import driver_overhead_bytes  # noqa: E402
 from probes.instruments.hooks import StepHook  # noqa: E402
+from probes.monitor import default_hooks  # noqa: E402
 from probes.records import Event, StepSample  # noqa: E402
 from probes.runfolder import create_run_dir  # noqa: E402
 from trainer.config import TrainConfig, bf16_problem  # noqa: E402
-from trainer.instruments import build_hooks  # noqa: E402
 from trainer.loop import Trainer  # noqa: E402
 
 MIB = 1024 * 1024
@@ -146,8 +146,8 @@ def train(ctx: Ctx, name: str, cfg: TrainConfig, sinks: list | None = None,
     run_dir = create_run_dir(root)
     records: list = []
     trainer = Trainer(cfg, run_dir, control or RunControl(), sinks=[*(sinks or []), records.append],
-                      hooks=(own_hooks if own_hooks is not None else build_hooks(cfg))
-                      + list(hooks or []))
+                      hooks=(own_hooks if own_hooks is not None
+                             else default_hooks(**cfg.hook_options())) + list(hooks or []))
     if on_start is not None:
         on_start.trainer = trainer
     trainer.start()
@@ -446,7 +446,7 @@ def check_probes_bf16(ctx: Ctx, r: Result) -> None:
 
 def check_profiler_window(ctx: Ctx, r: Result) -> None:
     cfg = ctx.config(steps=22, profile_at=[8])
-    hooks = build_hooks(cfg)
+    hooks = default_hooks(**cfg.hook_options())
     window = next(h for h in hooks if hasattr(h, "open_window"))
     window.keep_profiler = True  # torch's own key_averages() of the same window, to compare
     trainer, records = train(ctx, "profiler_window", cfg, timeout_s=150, own_hooks=hooks)

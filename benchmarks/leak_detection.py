@@ -2,7 +2,7 @@
 
 For each seed: one healthy run (pause/resume in the middle and two profiler windows when the
 profiler hook is among memtop's instruments), one graph-leak run and one logits-leak run, each
-with exactly the instruments `memtop train --headless` attaches (trainer.instruments.build_hooks).
+with exactly the instruments `memtop train --headless` attaches (probes.monitor.default_hooks).
 
     python benchmarks/leak_detection.py [--seeds 3] [--healthy-steps 1000] [--no-append]
 """
@@ -20,10 +20,10 @@ from common import append_results, machine
 
 from probes.control.requests import RunControl
 from probes.instruments.leak import LeakDetectorConfig, LeakWatch
+from probes.monitor import default_hooks
 from probes.records import Event, StepSample
 from probes.runfolder import create_run_dir
 from trainer.config import TrainConfig
-from trainer.instruments import build_hooks
 from trainer.loop import Trainer
 
 TARGETS = {"graph": 10, "logits": 5}  # alert within this many steps of the injection
@@ -45,7 +45,7 @@ class Record:
 
 def run(cfg: TrainConfig, pause_at: int | None = None) -> tuple[Record, LeakWatch, bool]:
     """Train to the end on the trainer's own thread; pause once from this thread if asked."""
-    hooks = build_hooks(cfg)
+    hooks = default_hooks(**cfg.hook_options())
     watch = next(h for h in hooks if isinstance(h, LeakWatch))
     profiler = any(hasattr(h, "request") for h in hooks)
     record = Record()
@@ -114,7 +114,8 @@ def main() -> None:
     args = parser.parse_args()
     tmp = tempfile.mkdtemp(prefix="memtop-leakbench-")
     base = TrainConfig(device="cpu", run_dir=tmp)
-    with_profiler = any(hasattr(h, "request") for h in build_hooks(base))
+    with_profiler = any(hasattr(h, "open_window")
+                        for h in default_hooks(**base.hook_options()))
     t0 = time.perf_counter()
     rows = []
     for i in range(args.seeds):
@@ -163,7 +164,7 @@ def main() -> None:
         f"Config: default `memtop train --headless` run (B={base.batch_size}, T={base.seq_len}, "
         f"{base.layers} layers, dim {base.dim}, {base.attention} attention, amp {base.amp_mode}, "
         f"device cpu, warmup {base.warmup_steps} steps), all of memtop's instruments attached "
-        f"(build_hooks). Healthy runs: {args.healthy_steps} steps with one {PAUSE_S:.0f} s "
+        f"(default_hooks). Healthy runs: {args.healthy_steps} steps with one {PAUSE_S:.0f} s "
         f"pause/resume at the middle step and "
         + ("two profiler windows (`--profile-at` 30 % and 70 % of the steps, default "
            "wait/warmup/active 1/1/3)" if with_profiler else

@@ -28,11 +28,11 @@ from common import (
     ratio_row,
 )
 
+from probes.monitor import default_hooks
 from probes.runfolder import create_run_dir
 from probes.tools.ring import Ring
 from trainer.config import TrainConfig
 from trainer.data import BatchSampler, load_corpus
-from trainer.instruments import build_hooks
 from trainer.loop import AMP_DTYPES, Trainer, use_fused_adamw
 from trainer.model import GPT
 
@@ -77,7 +77,7 @@ def memtop_headless(cfg: TrainConfig, warm: int, steps: int) -> float:
     with tempfile.TemporaryDirectory() as tmp:
         run_cfg = dataclasses.replace(cfg, steps=warm + steps, run_dir=tmp)
         trainer = Trainer(run_cfg, create_run_dir(tmp), sinks=[ring.push],
-                          hooks=build_hooks(run_cfg))
+                          hooks=default_hooks(**run_cfg.hook_options()))
         times: dict[int, float] = {}
         trainer.sinks.append(lambda r: times.__setitem__(r.step, r.time_s)
                              if hasattr(r, "tokens_per_s") else None)

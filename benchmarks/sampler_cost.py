@@ -37,14 +37,14 @@ def _train_a_while(steps: int):
     """Run memtop's trainer on the default config and keep it (and its heap) alive."""
     import dataclasses
 
+    from probes.monitor import default_hooks
     from probes.runfolder import create_run_dir
     from trainer.config import TrainConfig
-    from trainer.instruments import build_hooks
     from trainer.loop import Trainer
 
     tmp = tempfile.mkdtemp()
     cfg = dataclasses.replace(TrainConfig(device="cpu", run_dir=tmp), steps=steps)
-    trainer = Trainer(cfg, create_run_dir(tmp), hooks=build_hooks(cfg))
+    trainer = Trainer(cfg, create_run_dir(tmp), hooks=default_hooks(**cfg.hook_options()))
     trainer.run()
     return trainer
 

@@ -87,7 +87,7 @@ async def main_run(out: Path, root: Path, steps_before: int, timeout_s: float) -
             await settle(app, pilot)
             save(app, out, "leak.svg")
         else:
-            print("skipped leak.svg: no leak alert (is the detector in build_hooks?)",
+            print("skipped leak.svg: no leak alert (is the detector in default_hooks?)",
                   file=sys.stderr)
         await pilot.press("q")
         await wait_for(pilot, lambda: app.return_code is not None, timeout_s)

@@ -177,7 +177,7 @@ def test_snapshot_request_on_cpu_is_answered_not_crashed(tmp_path):
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
         with Monitor(model, opt, run_dir=tmp_path, listen=False, profiler=False,
                      leak_watch=False, ledger=False, write_report=False) as mon:
-            assert "memory_snapshot" not in mon._capabilities()
+            assert "memory_snapshot" not in mon.session.capabilities()
             for i in range(3):
                 if i == 1:
                     mon.control.submit(Request("memory_snapshot"))

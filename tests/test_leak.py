@@ -310,7 +310,7 @@ def test_on_cuda_device_and_host_heap_are_two_series(tmp_path):
     ctx = RunContext(config=types.SimpleNamespace(warmup_steps=3), model=None, optimizer=None,
                      scaler=None, device=torch.device("cuda", 0), amp="fp16", run_dir=tmp_path,
                      memory=None, emit=events.append, elapsed_s=lambda: 0.0,
-                     set_profile_phase=lambda phase: None, device_total_bytes=total)
+                     device_total_bytes=total)
     watch = LeakWatch()
     watch.setup(ctx)
     assert set(watch.detectors) == {"device_allocated", "host_heap"}

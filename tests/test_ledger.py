@@ -13,7 +13,8 @@ import pytest
 import torch
 from conftest import in_thread
 
-from probes.instruments.ledger import Ledger, SavedTensorMeter, activation_prediction, unique_bytes
+from probes.instruments.ledger import Ledger, activation_prediction
+from probes.instruments.tensor_bytes import SavedTensorMeter, unique_bytes
 from probes.runfolder import create_run_dir
 from trainer.loop import Trainer
 from trainer.model import GPT, GPTConfig

@@ -174,7 +174,7 @@ def test_a_failing_headless_run_exits_non_zero(tmp_path):
 
 
 def test_stop_during_a_profiler_window_closes_it_before_run_finished(tiny_config):
-    from trainer.instruments import build_hooks
+    from probes.monitor import default_hooks
 
     cfg = tiny_config(steps=0, profile_at=[3], profile_active=50)
     control = RunControl()
@@ -187,7 +187,7 @@ def test_stop_during_a_profiler_window_closes_it_before_run_finished(tiny_config
 
     run_dir = create_run_dir(cfg.run_dir)
     trainer = Trainer(cfg, run_dir, control=control, sinks=[sink, stop_at_8],
-                      hooks=build_hooks(cfg))
+                      hooks=default_hooks(**cfg.hook_options()))
     assert in_thread(trainer.run) == 0
     assert not torch.autograd.profiler._is_profiler_enabled
     _, events, bad = read_metrics(run_dir / "metrics.jsonl")

@@ -8,9 +8,9 @@ from conftest import in_thread, wait_for
 
 from probes.counters.memory import RssReader
 from probes.counters.nvml import NvmlPoller
+from probes.monitor import default_hooks
 from probes.runfolder import create_run_dir
 from probes.tools.ring import Ring
-from trainer.instruments import build_hooks
 from trainer.loop import Trainer
 
 
@@ -60,7 +60,8 @@ def test_short_soak_keeps_memtops_memory_flat(tiny_config):
         if len(ring) > 400:
             ring.drain()  # a UI that drains on its own clock
 
-    trainer = Trainer(cfg, create_run_dir(cfg.run_dir), sinks=[watch], hooks=build_hooks(cfg))
+    trainer = Trainer(cfg, create_run_dir(cfg.run_dir), sinks=[watch],
+                      hooks=default_hooks(**cfg.hook_options()))
     in_thread(trainer.run)
     assert trainer.exit_code == 0
     growth = rss_at[500] - rss_at[150]

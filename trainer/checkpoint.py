@@ -109,8 +109,3 @@ def check_state(config: GPTConfig, state: dict[str, Any], path: Path) -> None:
         if got[name] != shape:
             raise CheckpointError(f"{path}: {name} is {list(got[name])}, the header's model "
                                   f"needs {list(shape)}")
-
-
-def shape_text(config: GPTConfig) -> str:
-    return (f"{config.n_layer} layers, {config.n_head} heads, dim {config.n_embd}, "
-            f"block size {config.block_size}")

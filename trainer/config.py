@@ -200,6 +200,13 @@ class TrainConfig:
         return GPTConfig(block_size=self.block_size, n_layer=self.layers, n_head=self.heads,
                          n_embd=self.dim, attention=self.attention)
 
+    def hook_options(self) -> dict[str, Any]:
+        """The keywords of probes.monitor.default_hooks for this run's instruments: the
+        profiler window's schedule, --profile-at and what the window records."""
+        return {"profile_schedule": (self.profile_wait, self.profile_warmup, self.profile_active),
+                "profile_at": self.profile_at, "profile_memory": self.profile_memory,
+                "profile_record_shapes": self.profile_record_shapes}
+
     def to_json(self) -> dict[str, Any]:
         """What config.json holds: the options as given (the resolved device and amp mode are
         in the run_started row, written by the machine that ran)."""

@@ -12,28 +12,21 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import os
 import threading
 import time
-import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch.profiler import record_function
 
 from probes import records as R
 from probes.control.requests import RunControl
-from probes.control.unix_socket import ControlServer
-from probes.counters.host import host_ram_bytes
-from probes.counters.memory import MemoryProbe
-from probes.counters.nvml import NvmlPoller
-from probes.counters.sysinfo import system_info
-from probes.instruments.hooks import GPTShape, RunContext
+from probes.instruments.hooks import GPTShape
+from probes.monitor.session import RunSession
 from probes.records import StepSample
-from probes.runfolder import socket_name
-from probes.runfolder.recorder import RunRecorder, Sink
+from probes.runfolder.recorder import Sink
+from probes.runfolder.state import RunState
 from probes.tools.kvcache import (
     DTYPE_BYTES,
     KV_FORMULA,
@@ -52,7 +45,8 @@ AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 class InferenceRunner(BackgroundRun):
-    """Runs the requests on its own thread; same shape as trainer.loop.Trainer."""
+    """Runs the requests on its own thread; same shape as trainer.loop.Trainer, over the same
+    RunSession (probes/monitor/session.py) as every writer."""
 
     thread_name = "memtop-infer"
 
@@ -65,7 +59,6 @@ class InferenceRunner(BackgroundRun):
         self.config = config
         self.spec = spec
         self.run_dir = Path(run_dir)
-        self.control = control or RunControl()
         self.listen = listen
         self.freeze_gc = freeze_gc
         self.exit_code: int | None = None
@@ -74,30 +67,32 @@ class InferenceRunner(BackgroundRun):
         self.config_json = {**config.to_json(), "layers": gpt.n_layer, "heads": gpt.n_head,
                             "dim": gpt.n_embd, "block_size": gpt.block_size,
                             "attention": gpt.attention, "weights_source": spec.source}
-        self.recorder = RunRecorder(self.run_dir, sinks=sinks or [], config=self.config_json,
-                                    on_write_failed=self.control.stop)
-        self.step = 0
+        self.session = RunSession(self.run_dir, sinks=sinks or [], config=self.config_json,
+                                  control=control, label="inference run")
+        self.control = self.session.control
         self.request = 0  # the request running (1-based)
-        self.peak: int | None = None
+        self.profiler: PhaseProfiler | None = None
 
     @property
-    def status(self) -> Any:
-        return self.recorder.state
+    def status(self) -> RunState:
+        return self.session.state
 
     def elapsed_s(self) -> float:
-        return self.recorder.elapsed_s()
+        return self.session.recorder.elapsed_s()
 
     @property
     def sink_errors(self) -> list[str]:
-        return self.recorder.sink_errors
+        return self.session.recorder.sink_errors
+
+    def abandon(self, reason: str) -> bool:
+        """The process leaves while this thread is still busy: the run is sealed from the
+        calling thread (probes/monitor/session.py, RunSession.abandon)."""
+        return self.session.abandon(reason)
 
     # the run -----------------------------------------------------------------------------------
     def run(self) -> int:
         """Generate; 0 when finished or stopped, 1 when it failed."""
-        cfg, started = self.config, False
-        self.server: ControlServer | None = None
-        self.nvml: NvmlPoller | None = None
-        self.profiler: PhaseProfiler | None = None
+        cfg = self.config
         try:
             device, amp = cfg.resolve()
             if device.type == "cuda":
@@ -109,79 +104,48 @@ class InferenceRunner(BackgroundRun):
             model.to(device)
             model.eval()  # switch 1: dropout off, the same prompt gives the same tokens
             self._setup(model, device, amp)
-            started = True
             if self.freeze_gc:
                 gc.collect()
                 gc.freeze()
-            self._generate(model, device, amp)
-            self._end("finished" if not self.control.stop_requested else None)
+            self._generate(model)
             self.exit_code = 0
         except Exception as exc:  # a monitoring tool stays up and says why
-            with contextlib.suppress(Exception):
-                self.recorder.emit(R.ERROR, self.step, {
-                    "error_type": type(exc).__name__, "message": str(exc),
-                    "traceback": traceback.format_exc()})
-            self._end("failed", started)
+            self.session.record_error(self.session.step, exc)
             self.exit_code = 1
-        return self.exit_code
-
-    def _setup(self, model: GPT, device: torch.device, amp: str) -> None:
-        cfg, gpt = self.config, self.spec.config
-        self.device, self.amp = device, amp
-        self.memory = MemoryProbe(device)
-        self.bpe = DTYPE_BYTES[amp]
-        if device.type == "cuda":
-            self.nvml = NvmlPoller.for_cuda_device(device)
-            self.nvml.start()
-            total: int | None = torch.cuda.get_device_properties(device).total_memory
-            name = torch.cuda.get_device_name(device)
-        else:
-            total, name = host_ram_bytes(), "CPU"
-        self.total = total
-        for block in model.transformer.h:  # CPU: fold mid-forward heap readings into the peak
-            block.register_forward_hook(lambda *_: self.memory.observe_peak())
-        if self.listen:
-            self.server = ControlServer(self.run_dir / socket_name(None), self.control,
-                                        self._ping, self._refuse)
-            self.server.start()
-        self.weights_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-        self.recorder.emit(R.RUN_STARTED, 0, {
-            "device": str(device), "device_name": name, "device_total_bytes": total,
-            "amp": amp, "params": sum(p.numel() for p in model.parameters()),
-            "counters": self.memory.counter_source, "pid": os.getpid(), "mode": "infer",
-            "weights": self.spec.source, "weights_bytes": self.weights_bytes,
-            "switches": {"eval": not model.training, "inference_mode": True,
-                         "grad_scaler": None},
-            "kv_formula": KV_FORMULA,
-            "kv_bytes_per_token": kv_bytes_per_token(gpt.n_layer, gpt.n_embd, self.bpe),
-            "socket": self.server.path.name if self.server and not self.server.error else None,
-            "requests": self._capabilities(), "system": system_info(device)})
-        phases = {"both": (R.PREFILL, R.DECODE), "none": ()}.get(cfg.profile_phase,
-                                                                 (cfg.profile_phase,))
-        self.profiler = PhaseProfiler(phases, cfg.profile_active,
-                                      at_request=2 if cfg.requests >= 2 else 1)
-        self.profiler.setup(RunContext(
-            model, None, None, device, amp, self.run_dir, self.memory,  # type: ignore[arg-type]
-            self.recorder.publish, self.recorder.elapsed_s, total, max_steps=0,
-            model_shape=GPTShape(gpt.n_layer, gpt.n_head, gpt.n_embd, gpt.attention,
-                                 gpt.block_size, gpt.vocab_size),
-            config=self.config_json))
-        self.gen = torch.Generator(device=device).manual_seed(cfg.seed)
-
-    def _end(self, reason: str | None, started: bool = True) -> None:
         if self.profiler is not None:
             with contextlib.suppress(Exception):
                 self.profiler.close()
-        why = reason or self.control.stop_reason or "stopped"
-        with contextlib.suppress(Exception):
-            self.recorder.emit(R.RUN_FINISHED, self.step, {"reason": why})
-        if self.server is not None:
-            self.server.close()
-        if self.nvml is not None:
-            self.nvml.stop()
-        if started:
-            self.memory.close()
-        self.recorder.close()
+        self.session.close()  # "failed" after an error row, else finished or the stop's reason
+        return self.exit_code
+
+    def _setup(self, model: GPT, device: torch.device, amp: str) -> None:
+        cfg, gpt, session = self.config, self.spec.config, self.session
+        self.device, self.amp = device, amp
+        self.memory = session.open(device)
+        self.bpe = DTYPE_BYTES[amp]
+        for block in model.transformer.h:  # CPU: fold mid-forward heap readings into the peak
+            block.register_forward_hook(lambda *_: self.memory.observe_peak())
+        phases = {"both": (R.PREFILL, R.DECODE), "none": ()}.get(cfg.profile_phase,
+                                                                 (cfg.profile_phase,))
+        self.profiler = prof = PhaseProfiler(phases, cfg.profile_active,
+                                             at_request=2 if cfg.requests >= 2 else 1)
+        prof.setup(session.context(
+            model, None, None, amp, max_steps=0,
+            model_shape=GPTShape(gpt.n_layer, gpt.n_head, gpt.n_embd, gpt.attention,
+                                 gpt.block_size, gpt.vocab_size),
+            config=self.config_json))
+        # `p`: the next request's prefill and decode steps (a window never mixes phases)
+        session.offer("profile", lambda step: prof.rearm(self.request + 1))
+        if self.listen:
+            session.listen()
+        self.weights_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+        session.start(
+            amp=amp, params=sum(p.numel() for p in model.parameters()), mode="infer",
+            weights=self.spec.source, weights_bytes=self.weights_bytes,
+            switches={"eval": not model.training, "inference_mode": True, "grad_scaler": None},
+            kv_formula=KV_FORMULA,
+            kv_bytes_per_token=kv_bytes_per_token(gpt.n_layer, gpt.n_embd, self.bpe))
+        self.gen = torch.Generator(device=device).manual_seed(cfg.seed)
 
     # requests ------------------------------------------------------------------------------------
     def _prompts(self, request: int) -> torch.Tensor:
@@ -193,12 +157,12 @@ class InferenceRunner(BackgroundRun):
         idx = starts[:, None] + torch.arange(cfg.prompt_len)[None, :]
         return data[idx].to(self.device)
 
-    def _generate(self, model: GPT, device: torch.device, amp: str) -> None:
+    def _generate(self, model: GPT) -> None:
         self._corpus = load_corpus().long()
         self.memory.reset_peak()
         for request in range(1, self.config.requests + 1):
             self.request = request
-            if self._boundary(self.step + 1):
+            if self.session.boundary(self.session.step + 1):
                 return
             self._request(model, request)
             if self.control.stop_requested:
@@ -207,28 +171,28 @@ class InferenceRunner(BackgroundRun):
             self._cache_baseline(model)
 
     def _request(self, model: GPT, request: int) -> None:
-        cfg, prof = self.config, self.profiler
+        cfg, prof, session = self.config, self.profiler, self.session
         assert prof is not None
         prompt = self._prompts(request)
         cache = model.new_cache()
         used_before = self.memory.read().allocated_bytes
-        self.step += 1
-        prof.maybe_open(self.step, R.PREFILL, request, 0)
+        session.step += 1
+        prof.maybe_open(session.step, R.PREFILL, request, 0)
         first, tok, prefill_peak = self._step(R.PREFILL, request, cache,
                                               lambda t: model.prefill(prompt, cache), None)
         decode: list[StepSample] = []
         for i in range(cfg.new_tokens - 1):
-            if self._boundary(self.step + 1):
+            if session.boundary(session.step + 1):
                 break
-            self.step += 1
+            session.step += 1
             if i >= 1:  # the first decode step of a request is left out of the window
-                prof.maybe_open(self.step, R.DECODE, request, cfg.new_tokens - 1 - i)
+                prof.maybe_open(session.step, R.DECODE, request, cfg.new_tokens - 1 - i)
             sample, tok, _ = self._step(R.DECODE, request, cache,
                                         lambda t: model.decode_step(t, cache), tok)
             decode.append(sample)
         clean = [s.step_ms for s in decode if not s.profiling]
         dec_s = sum(s.step_ms for s in decode) / 1000.0
-        self.recorder.emit(R.REQUEST_DONE, self.step, {
+        session.emit(R.REQUEST_DONE, session.step, {
             "request": request, "ttft_ms": first.step_ms,
             "decode_ms_p50": percentile(clean, 50), "decode_ms_p95": percentile(clean, 95),
             "prefill_tokens_per_s": first.tokens_per_s,
@@ -257,10 +221,10 @@ class InferenceRunner(BackgroundRun):
     def _step(self, phase: str, request: int, cache: KVCache,
               fn: Callable[[torch.Tensor | None], torch.Tensor], tok: torch.Tensor | None) \
             -> tuple[StepSample, torch.Tensor, int | None]:
-        cfg = self.config
+        cfg, session = self.config, self.session
         assert self.profiler is not None
         tracing = self.profiler.tracing
-        self.memory.reset_peak()  # this step's own peak (the run's is their max)
+        self.memory.begin_step()  # this step's own peak (the run's is their max)
         t0 = time.perf_counter()
         with self._compute(phase):
             logits = fn(tok)
@@ -269,39 +233,27 @@ class InferenceRunner(BackgroundRun):
         nxt.cpu()  # the new tokens reach the host: the step (and on CUDA the device) is done
         dt = max(time.perf_counter() - t0, 1e-9)
         reading = self.memory.read()
-        step_peak = reading.peak_allocated_bytes
-        if step_peak is not None:
-            self.peak = step_peak if self.peak is None else max(self.peak, step_peak)
-        driver = reading.host_rss_bytes
-        if self.nvml is not None:
-            latest = self.nvml.latest
-            driver = latest.driver_bytes if latest is not None else None
         tokens = cfg.batch_size * (cfg.prompt_len if phase == R.PREFILL else 1)
-        sample = StepSample(
-            step=self.step, time_s=self.recorder.elapsed_s(), loss=None,
-            tokens_per_s=tokens / dt, step_ms=dt * 1000.0,
-            allocated_bytes=reading.allocated_bytes, reserved_bytes=reading.reserved_bytes,
-            peak_allocated_bytes=self.peak, driver_used_bytes=driver,
-            host_rss_bytes=reading.host_rss_bytes, scale=None, skipped_steps=0, amp=self.amp,
-            device=str(self.device), profiling=tracing, phase=phase, tokens=tokens,
-            request=request, context_tokens=cache.length, kv_cache_bytes=cache.nbytes(),
-            kv_cache_predicted_bytes=self._predicted(cache.length))
-        self.recorder.publish(sample)
-        self.profiler.end_step(self.step, sample)
-        return sample, nxt, step_peak
+        sample = session.step_sample(
+            session.step, reading, dt, amp=self.amp, tokens_in_step=tokens, profiling=tracing,
+            phase=phase, tokens=tokens, request=request, context_tokens=cache.length,
+            kv_cache_bytes=cache.nbytes(), kv_cache_predicted_bytes=self._predicted(cache.length))
+        session.recorder.publish(sample)
+        self.profiler.end_step(session.step, sample)
+        return sample, nxt, reading.step_peak_allocated_bytes
 
     def _admission(self, used: int, prefill_peak: int, kv_after_prefill: int) -> None:
         cfg, gpt = self.config, self.spec.config
         budget, source = cfg.max_memory_bytes, "--max-memory"
         if budget is None:
-            budget = self.total or 0
+            budget = self.session.device_total_bytes or 0
             source = "device total" if self.device.type == "cuda" else "host RAM"
         seq_len = cfg.prompt_len + cfg.new_tokens
         temp = (prefill_peak - used - kv_after_prefill) // cfg.batch_size
         adm = admission(budget, source, used, self.weights_bytes,
                         kv_cache_bytes(gpt.n_layer, 1, seq_len, gpt.n_embd, self.bpe), temp,
                         seq_len)
-        self.recorder.emit(R.ADMISSION, self.step, adm.to_json())
+        self.session.emit(R.ADMISSION, self.session.step, adm.to_json())
 
     # the cache-off baseline ----------------------------------------------------------------------
     def _cache_baseline(self, model: GPT) -> None:
@@ -332,7 +284,7 @@ class InferenceRunner(BackgroundRun):
         (c_seq, c_ms, c_peak, kv), (r_seq, r_ms, r_peak, _) = runs["cached"], runs["recompute"]
         later_c, later_r = c_ms[1:] or c_ms, r_ms[1:] or r_ms
         c50, r50 = percentile(later_c, 50), percentile(later_r, 50)
-        self.recorder.emit(R.CACHE_BASELINE, self.step, {
+        self.session.emit(R.CACHE_BASELINE, self.session.step, {
             "tokens": n, "batch_size": self.config.batch_size,
             "prompt_len": self.config.prompt_len,
             "cached_ms_per_token_p50": c50, "recompute_ms_per_token_p50": r50,
@@ -342,48 +294,3 @@ class InferenceRunner(BackgroundRun):
             "kv_cache_bytes": kv, "same_tokens": bool(torch.equal(c_seq, r_seq)),
             "peak_note": ("per-step peaks of the allocator" if self.device.type == "cuda" else
                           "sampled heap peaks (mallinfo2), between blocks and at step ends")})
-
-    # steering ------------------------------------------------------------------------------------
-    def _boundary(self, step: int) -> bool:
-        """Before ``step``: act on due requests, wait while paused; True when asked to stop."""
-        for req in self.control.take_due(step):
-            self.recorder.emit(R.CONTROL, step - 1, {"request": req.kind, "source": req.source,
-                                                     "at_step": req.at_step})
-            if req.kind == "pause":
-                self.control.pause()
-            elif req.kind == "resume":
-                self.control.resume()
-            elif req.kind == "stop":
-                self.control.stop(req.reason or f"stopped by {req.source}")
-            elif req.kind == "report":
-                threading.Thread(target=self._report, name="memtop-report", daemon=True).start()
-            elif req.kind == "profile" and self.profiler is not None:
-                # the next request's prefill and decode steps (a window never mixes phases)
-                self.profiler.rearm(self.request + 1)
-        if self.control.paused and not self.control.stop_requested:
-            self.recorder.emit(R.PAUSED, step - 1, {})
-            t0 = time.perf_counter()
-            self.control.wait_while_paused()
-            self.recorder.emit(R.RESUMED, step - 1, {"paused_s": time.perf_counter() - t0})
-        return self.control.stop_requested
-
-    def _report(self) -> None:
-        from probes.analysis.report.build import write_report
-
-        with contextlib.suppress(Exception):
-            path = write_report(self.run_dir)
-            self.recorder.emit(R.REPORT_WRITTEN, self.step, {"path": path.name})
-
-    def _capabilities(self) -> list[str]:
-        return ["pause", "resume", "stop", "report", "profile"]
-
-    def _refuse(self, req: Any) -> str | None:
-        if req.kind not in self._capabilities():
-            return (f"this inference run cannot do {req.kind!r} (it can: "
-                    f"{', '.join(self._capabilities())})")
-        return None
-
-    def _ping(self) -> dict[str, Any]:
-        st = self.recorder.state
-        return {"pid": os.getpid(), "rank": None, "step": self.step, "state": st.state,
-                "paused": self.control.paused, "requests": self._capabilities()}

@@ -31,7 +31,6 @@ class PhaseProfiler:
             R.PREFILL: ProfilerWindow(0, 0, 1),  # one step: the earlier request warmed up
             R.DECODE: ProfilerWindow(0, 1, decode_active)}
         self.opened: set[str] = set(R.PHASES) - set(phases)  # phases not armed count as done
-        self.active_phase: str | None = None
 
     def setup(self, ctx: RunContext) -> None:
         for phase, window in self.windows.items():

@@ -91,7 +91,6 @@ class RankLaunch:
         self.command = torchrun_command(config, self.run_dir)
         self.proc: subprocess.Popen[bytes] | None = None
         self.stop_reason: str | None = None
-        self.stop_step: int | None = None  # the step the ranks were asked to stop before
         self.escalated = False  # torchrun was sent SIGTERM (the ranks did not stop in time)
         self._stop_thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -177,7 +176,6 @@ class RankLaunch:
             return
         at_step, why_not = agree_step(self.run_dir, range(self.nproc), step_ms, STOP_LEAD_S)
         if why_not is None:
-            self.stop_step = at_step
             why_not = self.request_all("stop", at_step, reason)
         wait_s = STOP_GRACE_S if why_not is None else 0.5
         if why_not is None and at_step is not None and step_ms:

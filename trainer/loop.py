@@ -9,10 +9,8 @@ exactly as it does for anyone's loop; this file adds only the model, the data an
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import threading
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 
@@ -23,8 +21,8 @@ from probes import records as R
 from probes.control.requests import RunControl
 from probes.instruments.hooks import GPTShape, StepHook
 from probes.monitor.monitor import Monitor
+from probes.monitor.session import RunSession
 from probes.records import Record
-from probes.runfolder.recorder import RunRecorder
 from probes.runfolder.state import RunState
 from trainer.background import BackgroundRun
 from trainer.config import TrainConfig, resolve_amp
@@ -48,8 +46,9 @@ def use_fused_adamw(device: torch.device) -> bool:
 class Trainer(BackgroundRun):
     """Builds the model on its own thread and trains it until ``steps`` or a stop request.
 
-    ``hooks``: the instruments (trainer/instruments.py build_hooks for memtop's usual set); none
-    when not given. ``listen``: open the run's request socket for viewers.
+    ``hooks``: the instruments (probes.monitor.default_hooks(**config.hook_options()) for
+    memtop's usual set); none when not given. ``listen``: open the run's request socket for
+    viewers.
     """
 
     thread_name = "memtop-trainer"
@@ -66,7 +65,6 @@ class Trainer(BackgroundRun):
         self.device = device  # a rank's own device (cuda:LOCAL_RANK); the config's otherwise
         self.ddp = ddp  # wrap the model in DistributedDataParallel (process group already up)
         self.run_dir = Path(run_dir)
-        self.control = control or RunControl()
         self.hooks = list(hooks or [])
         self.freeze_gc = freeze_gc  # gc.freeze() once set-up is done (see run())
         self.listen = listen
@@ -74,48 +72,37 @@ class Trainer(BackgroundRun):
         self.leak = LeakInjector(config.leak)
         self.monitor: Monitor | None = None
         self._thread: threading.Thread | None = None
-        self.recorder = RunRecorder(self.run_dir, rank=rank, sinks=sinks or [],
-                                    config=config.to_json(), on_write_failed=self.control.stop)
+        self.session = RunSession(self.run_dir, rank=rank, sinks=sinks or [],
+                                  config=config.to_json(), control=control)
+        self.control = self.session.control
 
     # what the rest of memtop reads -------------------------------------------------------------
     @property
     def sinks(self) -> list[Sink]:
-        return self.recorder.sinks
+        return self.session.recorder.sinks
 
     @property
     def sink_errors(self) -> list[str]:
-        return self.recorder.sink_errors
+        return self.session.recorder.sink_errors
 
     @property
     def write_failed(self) -> bool:
-        return self.recorder.write_failed
+        return self.session.recorder.write_failed
 
     @property
     def status(self) -> RunState:
         """The run's state, folded from the records it wrote (probes/runfolder/state.py)."""
-        return self.recorder.state
+        return self.session.state
 
     def elapsed_s(self) -> float:
-        return self.recorder.elapsed_s()
+        return self.session.recorder.elapsed_s()
 
     # thread management -------------------------------------------------------------------------
     def abandon(self, reason: str) -> bool:
-        """The process leaves while this thread is still busy (a step or the run's end that
-        did not finish in time): kill the profiler's analysis child and seal metrics.jsonl
-        with run_finished, from the calling thread. Whatever this thread writes later is
-        dropped. False when the file could not be sealed (a row write hung)."""
-        from probes.traces.opstable import kill_workers
-
-        kill_workers()
+        """The process leaves while this thread is still busy: the run is sealed from the
+        calling thread (probes/monitor/session.py, RunSession.abandon)."""
         mon = self.monitor
-        in_flight = mon.step_in_flight if mon is not None else None
-        why = self.control.stop_reason or reason
-        if in_flight is not None:
-            why += f"; step {in_flight} was abandoned unfinished"
-        sealed = self.recorder.seal(why, self.status.step, abandoned_step=in_flight)
-        if mon is not None and mon.server is not None:
-            mon.server.close(wait_s=0)  # the socket file goes: viewers see a run that ended
-        return sealed
+        return self.session.abandon(reason, mon.step_in_flight if mon is not None else None)
 
     # the run -------------------------------------------------------------------------------------
     def run(self) -> int:
@@ -148,12 +135,12 @@ class Trainer(BackgroundRun):
             mon = Monitor(
                 model, optimizer, scaler=scaler, tokens_per_step=cfg.batch_size * cfg.seq_len,
                 amp=amp, warmup_steps=cfg.warmup_steps, max_steps=cfg.steps,
-                max_memory_bytes=cfg.max_memory_bytes, control=self.control,
-                recorder=self.recorder, profiler=False, leak_watch=False, ledger=False,
-                extra_hooks=self.hooks, listen=self.listen, write_report=False,
+                max_memory_bytes=cfg.max_memory_bytes, session=self.session, profiler=False,
+                leak_watch=False, ledger=False, extra_hooks=self.hooks, listen=self.listen,
+                write_report=False,
                 model_shape=GPTShape(gpt.n_layer, gpt.n_head, gpt.n_embd, gpt.attention,
                                      gpt.block_size, gpt.vocab_size),
-                config=cfg.to_json(), rank=self.rank,
+                config=cfg.to_json(),
                 non_finite="fail", memory_history=cfg.memory_history,
                 requests={"leak_start": lambda step: self._leak(step, start=True),
                           "leak_stop": lambda step: self._leak(step, start=False)})
@@ -164,32 +151,25 @@ class Trainer(BackgroundRun):
                 gc.collect()
                 gc.freeze()
             self._train(mon, model, optimizer, scaler, batches, device, amp)
-            if cfg.save_weights and not self.recorder.write_failed:
+            if cfg.save_weights and not self.session.recorder.write_failed:
                 self._save_weights(mon, model, amp)
             mon.close()
-            self.exit_code = 1 if self.recorder.write_failed else 0
+            self.exit_code = 1 if self.session.recorder.write_failed else 0
         except Exception as exc:  # a monitoring tool stays up when the training fails
             if mon is not None:
                 mon.close(error=exc)
             else:  # failed before the monitor existed (bad device, model build)
-                self._failed_early(exc)
+                self.session.record_error(0, exc)
             self.exit_code = 1
             if isinstance(exc, AssertionError):
                 raise  # a failed check (a test's sink, an invariant) fails its caller too
         finally:
             self.leak.stop()
             if mon is None:
-                self.recorder.close()
+                self.session.close()  # run_finished "failed" after the error row
             if self.exit_code is None:  # an exception this loop did not expect
                 self.exit_code = 1
         return self.exit_code
-
-    def _failed_early(self, exc: Exception) -> None:
-        with contextlib.suppress(Exception):
-            self.recorder.emit(R.ERROR, 0, {"error_type": type(exc).__name__,
-                                            "message": str(exc),
-                                            "traceback": traceback.format_exc()})
-            self.recorder.emit(R.RUN_FINISHED, 0, {"reason": "failed"})
 
     def _train(self, mon: Monitor, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                scaler: torch.amp.GradScaler | None, batches: BatchSampler,

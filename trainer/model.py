@@ -151,10 +151,6 @@ class GPT(nn.Module):
         elif isinstance(module, nn.Embedding):
             torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
 
-    def num_params(self) -> int:
-        """Parameters counted once (the tied embedding/head weight is one tensor)."""
-        return sum(p.numel() for p in self.parameters())
-
     def forward(
         self, idx: torch.Tensor, targets: torch.Tensor | None = None,
         cache: KVCache | None = None,

@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch.distributed as dist
 
     from probes.control.requests import RunControl
-    from trainer.instruments import build_hooks
+    from probes.monitor import default_hooks
     from trainer.loop import Trainer
 
     want = config.device.strip().lower()
@@ -77,7 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     if world > 1:
         dist.init_process_group("nccl" if cuda else "gloo")
     try:
-        trainer = Trainer(config, run_dir, control=control, hooks=build_hooks(config),
+        trainer = Trainer(config, run_dir, control=control,
+                          hooks=default_hooks(**config.hook_options()),
                           rank=rank if world > 1 else None, device=device, ddp=world > 1)
         trainer.start()
         while not trainer.join(timeout=0.2):

@@ -143,10 +143,11 @@ class MemtopApp(RanksView, AppActions, App[int]):
             device = str(config.device).strip().lower()
             kwargs.setdefault("device_type", "cuda" if device.startswith("cuda") else "cpu")
         else:
-            from trainer.instruments import build_hooks
+            from probes.monitor import default_hooks
             from trainer.loop import Trainer
 
-            trainer = Trainer(config, run_dir, sinks=[ring.push], hooks=build_hooks(config))
+            trainer = Trainer(config, run_dir, sinks=[ring.push],
+                              hooks=default_hooks(**config.hook_options()))
             kwargs.setdefault("device_type", config.torch_device.type)
         source = TrainerSource(trainer, ring)
         source.autostart = autostart

@@ -65,12 +65,12 @@ def run_headless(config: TrainConfig, run_dir: Path, log_every: int = 10,
     """Train in a background thread; Ctrl-C / SIGTERM stop it at a step boundary."""
     out = out or sys.stdout
     print(f"memtop: run folder {run_dir}", file=out, flush=True)  # before torch is imported
-    from trainer.instruments import build_hooks
+    from probes.monitor import default_hooks
     from trainer.loop import Trainer
 
     control = RunControl()
     trainer = Trainer(config, run_dir, control=control, sinks=[HeadlessPrinter(log_every, out)],
-                      hooks=build_hooks(config))
+                      hooks=default_hooks(**config.hook_options()))
     return drive(trainer, control, run_dir, out)
 
 

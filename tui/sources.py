@@ -140,11 +140,11 @@ class DeferredTrainer(BackgroundRun):
 
     def _build_and_run(self) -> None:
         try:
-            from trainer.instruments import build_hooks
+            from probes.monitor import default_hooks
             from trainer.loop import Trainer
 
             self.real = Trainer(self.config, self.run_dir, control=self.control,
-                                sinks=self.sinks, hooks=build_hooks(self.config))
+                                sinks=self.sinks, hooks=default_hooks(**self.config.hook_options()))
         except Exception as exc:  # an import or set-up failure: the app shows the error
             self.build_error = f"{type(exc).__name__}: {exc}"
             self._exit_code = 1

@@ -78,15 +78,6 @@ class RunControl:
     def resume(self) -> None:
         self._running.set()
 
-    def toggle_pause(self) -> bool:
-        """Flip pause; returns True when now paused."""
-        with self._lock:
-            if self._running.is_set():
-                self._running.clear()
-                return True
-            self._running.set()
-            return False
-
     @property
     def paused(self) -> bool:
         return not self._running.is_set()

@@ -10,6 +10,9 @@ StepHook (hooks.py): ``setup(ctx)`` once, ``step_context(step)`` around the step
             ...
     Monitor(model, opt, extra_hooks=[CountSteps()])
 
+Modules: hooks (StepHook, RunContext), profwindow (the window's state machine) and proftrace
+(what it writes, stderr kept off the terminal), leak (LeakDetector, LeakWatch), ledger (the
+Ledger hook and its formulas) and tensor_bytes (bytes by storage, what autograd saves), hints.
 Names load lazily (probes/tools/lazy.py): these modules import torch.
 """
 
@@ -19,11 +22,14 @@ from probes.tools.lazy import lazy_exports
 
 _EXPORTS = {
     **dict.fromkeys(("GPTShape", "RunContext", "StepHook", "StepTensors"), ".hooks"),
-    **dict.fromkeys(("ProfilerWindow", "TRACE_NAME"), ".profwindow"),
+    "ProfilerWindow": ".profwindow",
+    **dict.fromkeys(("TRACE_NAME", "analyse_in_process", "export_trace", "stderr_to"),
+                    ".proftrace"),
     **dict.fromkeys(("LeakAlert", "LeakCleared", "LeakDetector", "LeakDetectorConfig",
                      "LeakWatch", "likely_cause", "theil_sen_slope"), ".leak"),
-    **dict.fromkeys(("Ledger", "SavedTensorMeter", "activation_prediction", "unique_bytes"),
-                    ".ledger"),
+    **dict.fromkeys(("Ledger", "SAMPLE_EVERY", "activation_prediction"), ".ledger"),
+    **dict.fromkeys(("SavedTensorMeter", "classify", "storage_key", "unique_bytes"),
+                    ".tensor_bytes"),
     **dict.fromkeys(("HintWatch", "step_hints"), ".hints"),
 }
 __all__ = sorted(_EXPORTS)

@@ -50,7 +50,6 @@ class RunContext:
     model_shape: GPTShape | None = None
     config: Mapping[str, Any] = field(default_factory=dict)  # config.json's content
     rank: int | None = None  # under torchrun: this process's rank
-    set_profile_phase: Callable[[str | None], None] = lambda phase: None
     urgent: Callable[[], bool] = lambda: False  # the run is ending in a hurry (close(): no waits)
 
 

@@ -40,8 +40,6 @@ from probes.instruments.hooks import RunContext, StepHook, StepTensors
 from probes.records import Event, StepSample
 from probes.tools.units import format_bytes
 
-COUNTERS = ("device_allocated", "host_heap", "host_rss")  # host_rss: only where no mallinfo2
-
 _MAD_TO_SIGMA = 1.4826  # median absolute deviation -> standard deviation for normal noise
 _SQRT3 = 3 ** 0.5
 
@@ -158,13 +156,6 @@ class LeakDetector:
         """The next point is not comparable with the last one (skipped steps, a pause)."""
         self._points.clear()
         self._last_delta = None
-
-    def reset(self) -> None:
-        """Forget everything (a new run)."""
-        self.mark_gap()
-        self._second.clear()
-        self._seen = 0
-        self.active = None
 
     def feed(self, step: int, value: int) -> LeakAlert | LeakCleared | None:
         """Add the end-of-step value of ``step``; returns an alert or a clear when one happens."""

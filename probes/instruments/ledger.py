@@ -4,9 +4,8 @@ Lines (docs/ARCHITECTURE.md, instruments): parameters, gradients, optimizer stat
 copies, saved activations, [CPU: runtime heap at start], other/temporaries, allocator cache. The
 first five are exact sums over live tensors, deduplicated by storage (GPT ties wte and lm_head: one
 storage, counted once). Saved activations come from ``torch.autograd.graph.saved_tensors_hooks`` on
-a *sampled* step only: the pack hook records storage pointer and size and returns ``t.detach()``
-(same storage; as the docs advise: returning ``t`` itself ties a saved output to its own grad_fn, a
-cycle that even gc does not free, as tests/test_ledger.py shows).
+a *sampled* step only. How tensors are counted and what autograd saves is measured:
+probes/instruments/tensor_bytes.py; this file is the hook, its snapshot and the formulas.
 
 Snapshot: counters are read at the end of the model's forward (its forward hook), the activation
 height; gradients do not exist then (zero_grad(set_to_none=True)), so "other" is
@@ -36,102 +35,11 @@ import torch
 from probes import records as R
 from probes.counters.memory import heap_counters
 from probes.instruments.hooks import RunContext, StepHook, StepTensors
+from probes.instruments.tensor_bytes import SavedTensorMeter, storage_key, unique_bytes
 from probes.records import Event, StepSample
 from probes.tools.units import format_bytes
 
 SAMPLE_EVERY = 50  # steps between two activation measurements (plus the first after warmup)
-_VIEW_FNS = {"TBackward0", "ViewBackward0", "TransposeBackward0", "PermuteBackward0",
-             "UnsafeViewBackward0", "ExpandBackward0", "ReshapeAliasBackward0"}
-
-
-def _key(t: torch.Tensor) -> tuple[str, int | None, int, int] | None:
-    """(device type, index, storage pointer, storage bytes); None for storage-less tensors."""
-    try:
-        storage = t.untyped_storage()
-        nbytes = storage.nbytes()
-        ptr = storage.data_ptr()
-    except (RuntimeError, NotImplementedError):  # sparse, meta, functional wrappers
-        return None
-    if nbytes == 0:
-        return None
-    return t.device.type, t.device.index, ptr, nbytes
-
-
-def unique_bytes(tensors: Any) -> tuple[int, set[tuple]]:
-    """Bytes of the distinct storages behind ``tensors`` (views and tied weights counted once)."""
-    seen: dict[tuple, int] = {}
-    for t in tensors:
-        k = _key(t)
-        if k is not None:
-            seen[k[:3]] = k[3]
-    return sum(seen.values()), set(seen)
-
-
-def _classify(t: torch.Tensor) -> str:
-    """'weight' for an autocast cast of a leaf parameter, 'scores' for a softmax T×T output."""
-    fn = t.grad_fn
-    for _ in range(3):
-        if fn is None:
-            return "activation"
-        name = type(fn).__name__
-        if name.startswith("ToCopyBackward"):
-            nxt = fn.next_functions[0][0] if fn.next_functions else None
-            if nxt is not None and type(nxt).__name__ == "AccumulateGrad":
-                return "weight"
-            if nxt is not None and type(nxt).__name__.startswith("SoftmaxBackward"):
-                return "scores" if t.dim() == 4 and t.shape[-1] == t.shape[-2] else "activation"
-            return "activation"
-        if name.startswith("SoftmaxBackward"):
-            return "scores" if t.dim() == 4 and t.shape[-1] == t.shape[-2] else "activation"
-        if name not in _VIEW_FNS:
-            return "activation"
-        fn = fn.next_functions[0][0] if fn.next_functions else None
-    return "activation"
-
-
-class SavedTensorMeter:
-    """Records what autograd saves for backward inside ``with meter:``; keeps no tensor alive.
-
-    ``exclude`` holds storage keys already counted elsewhere (parameters, buffers).
-    """
-
-    def __init__(self, exclude: set[tuple] | None = None) -> None:
-        self.exclude = exclude or set()
-        self.bytes_by_kind: dict[str, int] = {"activation": 0, "weight": 0, "scores": 0}
-        self.tensors = 0
-        self.hook_s = 0.0
-        self._seen: set[tuple] = set()
-        self._ctx = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
-
-    @property
-    def activation_bytes(self) -> int:
-        """Saved activations, attention scores included, autocast weight copies not."""
-        return self.bytes_by_kind["activation"] + self.bytes_by_kind["scores"]
-
-    def _pack(self, t: torch.Tensor) -> torch.Tensor:
-        t0 = time.perf_counter()
-        self.tensors += 1
-        k = _key(t)
-        if k is not None and k[:3] not in self.exclude and k[:3] not in self._seen:
-            self._seen.add(k[:3])
-            try:
-                kind = _classify(t)
-            except Exception:  # an odd grad_fn must never break the training step
-                kind = "activation"
-            self.bytes_by_kind[kind] += k[3]
-        self.hook_s += time.perf_counter() - t0
-        return t.detach()  # same storage, no grad_fn: no reference cycle, nothing kept by us
-
-    @staticmethod
-    def _unpack(t: torch.Tensor) -> torch.Tensor:
-        return t
-
-    def __enter__(self) -> SavedTensorMeter:
-        self._ctx.__enter__()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._ctx.__exit__(*exc)
 
 
 def activation_prediction(batch: int, seq: int, dim: int, layers: int, heads: int,
@@ -245,7 +153,7 @@ class Ledger(StepHook):
         snap: dict[str, Any] = {}
 
         def on_grad(p: torch.Tensor) -> None:
-            k = _key(p.grad) if p.grad is not None else None
+            k = storage_key(p.grad) if p.grad is not None else None
             if k is not None:
                 grads[k[:3]] = k[3]
 
@@ -281,7 +189,7 @@ class Ledger(StepHook):
         for per_param in self.ctx.optimizer.state.values():
             for name, value in per_param.items():
                 if isinstance(value, torch.Tensor):
-                    k = _key(value)
+                    k = storage_key(value)
                     if k is not None:
                         seen[k[:3]] = (str(name), k[3])
         by_name: dict[str, int] = {}

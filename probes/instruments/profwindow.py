@@ -7,7 +7,9 @@ of ms); the top-ops table is computed by a child process from that trace (probes
 because key_averages() would hold the GIL ~0.6-0.8 s and freeze the dashboard. The child is started
 idle when the window opens (a process start disturbs the next step on two cores) and told to go once
 trace.json is written. Its result is picked up at a later step boundary and emitted from the
-training thread, like every other event. Measured: benchmarks/profiler_window.py.
+training thread, like every other event. Measured: benchmarks/profiler_window.py. What the window
+writes (the trace, window.json, the in-process table) and the stderr redirection around torch's
+profiler: probes/instruments/proftrace.py.
 """
 
 from __future__ import annotations
@@ -16,9 +18,7 @@ import contextlib
 import json
 import os
 import subprocess
-import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,43 +28,15 @@ from torch.profiler import ProfilerActivity, profile, schedule
 
 from probes import records as R
 from probes.instruments.hooks import StepHook, StepTensors
-from probes.records import Event, StepSample
-from probes.runfolder import profile_dir, write_json
-from probes.traces.opstable import (
-    format_phases,
-    format_table,
-    phase_totals,
-    rank_rows,
-    rows_from_key_averages,
-    spawn_worker,
+from probes.instruments.proftrace import (
+    TRACE_NAME,
+    analyse_in_process,
+    export_trace,
+    stderr_to,
 )
-
-TRACE_NAME = "trace.json"
-
-
-@contextlib.contextmanager
-def _stderr_to(fd: int | None) -> Iterator[None]:
-    """Send fd 2 to ``fd`` while the profiler's C++ side talks ("USDT ... profiler_start",
-    "External init callback must run in same thread"): the terminal never sees it."""
-    saved = None
-    if fd is not None:
-        with contextlib.suppress(Exception):
-            sys.stderr.flush()
-        try:
-            saved = os.dup(2)
-            os.dup2(fd, 2)
-        except OSError:  # no fd 2 to redirect (a daemon): nothing reaches a terminal anyway
-            if saved is not None:
-                os.close(saved)
-            saved = None
-    try:
-        yield
-    finally:
-        if saved is not None:
-            with contextlib.suppress(Exception):
-                sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
+from probes.records import Event, StepSample
+from probes.runfolder import profile_dir
+from probes.traces.opstable import spawn_worker
 
 
 @dataclass
@@ -95,7 +67,8 @@ class _Analysis:
 
 
 class ProfilerWindow(StepHook):
-    """``request(step)`` opens a window of wait + warmup + active steps, or cancels the open one.
+    """``open_window(step)`` opens a window of wait + warmup + active steps (``at_steps`` open
+    one by themselves), ``cancel(step)`` ends the open window or its analysis.
 
     ``analysis``: "subprocess" (default; the UI thread is not stalled) or "inprocess" (torch's
     key_averages() on the training thread: the fallback when no child process can start, and the
@@ -134,12 +107,6 @@ class ProfilerWindow(StepHook):
         self.windows_done = 0
         self._step = 0  # the last step seen, for events emitted from close()
 
-    @classmethod
-    def from_config(cls, config: Any) -> ProfilerWindow:
-        return cls(config.profile_wait, config.profile_warmup, config.profile_active,
-                   at_steps=list(config.profile_at), profile_memory=config.profile_memory,
-                   record_shapes=bool(getattr(config, "profile_record_shapes", False)))
-
     # StepHook ------------------------------------------------------------------------------
     def setup(self, ctx: Any) -> None:
         super().setup(ctx)
@@ -159,13 +126,6 @@ class ProfilerWindow(StepHook):
     def tracing(self) -> bool:
         """The step about to run (or running) is inside a window: wait, warmup or active."""
         return self._window is not None
-
-    def request(self, step: int) -> None:
-        """A key press at the boundary before ``step``: open a window, or cancel the busy one."""
-        if self.busy:
-            self.cancel(step)
-        else:
-            self.open_window(step)
 
     def open_window(self, step: int, trigger: str = "key") -> bool:
         """Open a window at the boundary before ``step``; False when one is already busy."""
@@ -196,19 +156,17 @@ class ProfilerWindow(StepHook):
         self._step = step
         win = self._window
         if win is not None:
-            phase = self._phase_of(win.index)[0]
+            phase = self._phase_of(win.index)
             win.steps[phase].append(step)
             win.index += 1
             try:
-                with _stderr_to(self._log_fd):
+                with stderr_to(self._log_fd):
                     win.prof.step()
             except Exception as exc:  # an instrument never takes the training down
                 self._cancel_window(step, f"profiler error: {type(exc).__name__}: {exc}")
                 return
             if win.index >= self.wait + self.warmup + self.active:
                 self._finish_window(step)
-            else:
-                self.ctx.set_profile_phase(self._phase_text(win.index))
         last = step == self.ctx.max_steps  # so its events precede run_finished
         if last and self._window is not None:
             self._cancel_window(step, "the run ended before the window was complete")
@@ -236,16 +194,11 @@ class ProfilerWindow(StepHook):
             self._log_fd = None
 
     # window --------------------------------------------------------------------------------
-    def _phase_of(self, index: int) -> tuple[str, int, int]:
+    def _phase_of(self, index: int) -> str:
+        """The schedule's phase of the window's ``index``-th step (0-based)."""
         if index < self.wait:
-            return "wait", index + 1, self.wait
-        if index < self.wait + self.warmup:
-            return "warmup", index - self.wait + 1, self.warmup
-        return "active", index - self.wait - self.warmup + 1, self.active
-
-    def _phase_text(self, index: int) -> str:
-        name, i, n = self._phase_of(index)
-        return f"{name} {i}/{n}"
+            return "wait"
+        return "warmup" if index < self.wait + self.warmup else "active"
 
     def _open(self, step: int, trigger: str) -> None:
         activities = [ProfilerActivity.CPU]
@@ -256,7 +209,7 @@ class ProfilerWindow(StepHook):
                                          repeat=1),
                        record_shapes=self.record_shapes, profile_memory=self.profile_memory)
         try:
-            with _stderr_to(self._log_fd):
+            with stderr_to(self._log_fd):
                 prof.start()
         except Exception as exc:
             self._emit(R.PROFILE_CANCELLED, step,
@@ -272,14 +225,13 @@ class ProfilerWindow(StepHook):
                     self._log_fd if self._log_fd is not None else subprocess.DEVNULL)
             except Exception:  # no child process here: _finish_window analyses in process
                 win.worker = None
-        self.ctx.set_profile_phase(self._phase_text(0))
         self._emit(R.PROFILE_STARTED, step, {
             "wait": self.wait, "warmup": self.warmup, "active": self.active,
             "record_shapes": self.record_shapes, "profile_memory": self.profile_memory,
             "trigger": trigger, "dir": self._window.dir_name})
 
     def _stop_profiler(self, win: _Window) -> None:
-        with contextlib.suppress(Exception), _stderr_to(self._log_fd):
+        with contextlib.suppress(Exception), stderr_to(self._log_fd):
             win.prof.stop()
 
     def _cancel_window(self, step: int, reason: str) -> None:
@@ -288,7 +240,6 @@ class ProfilerWindow(StepHook):
         if win is not None:
             self._stop_profiler(win)  # nothing was written yet: the folder appears on export
             self._retire(win.worker)
-        self.ctx.set_profile_phase(None)
         self._emit(R.PROFILE_CANCELLED, step, {"reason": reason})
 
     def _finish_window(self, step: int) -> None:
@@ -298,24 +249,14 @@ class ProfilerWindow(StepHook):
         self._window = None
         self._stop_profiler(win)  # leaves the ProfilerStep range the last step() opened
         out_dir = self.ctx.run_dir / win.dir_name
-        t0 = time.perf_counter()
-        tmp = out_dir / (TRACE_NAME + ".tmp")
         try:
-            out_dir.mkdir(parents=True, exist_ok=True)
-            win.prof.export_chrome_trace(str(tmp))
-            os.replace(tmp, out_dir / TRACE_NAME)
-            write_json(out_dir / "window.json", self._window_info(win))
+            export_s = export_trace(win.prof, out_dir, self._window_info(win))
         except Exception as exc:  # e.g. disk full: no half-written trace is left behind
-            with contextlib.suppress(OSError):
-                tmp.unlink()
             self._retire(win.worker)
-            self.ctx.set_profile_phase(None)
             self._emit(R.PROFILE_CANCELLED, step, {
                 "reason": f"trace export failed: {type(exc).__name__}: {exc}",
                 "dir": win.dir_name})
             return
-        export_s = time.perf_counter() - t0
-        self.ctx.set_profile_phase("analysing")
         self._emit(R.PROFILE_ANALYSING, step, {"dir": win.dir_name, "export_s": export_s})
         if self.keep_profiler:
             self.last_profiler = win.prof
@@ -329,9 +270,10 @@ class ProfilerWindow(StepHook):
                 self._retire(win.worker)
         if ana.proc is None:  # (stalls a UI thread in this process ~0.3-1 s)
             try:
-                ana.result = self._analyse_in_process(win.prof, out_dir)
+                ana.result = analyse_in_process(
+                    win.prof, out_dir, sort_by=self.sort_by, top_n=self.top_n,
+                    use_device=self.use_device, profile_memory=self.profile_memory)
             except Exception as exc:
-                self.ctx.set_profile_phase(None)
                 self._emit(R.PROFILE_CANCELLED, step, {
                     "reason": f"analysis failed: {type(exc).__name__}: {exc}",
                     "dir": win.dir_name})
@@ -359,20 +301,6 @@ class ProfilerWindow(StepHook):
             "trace": TRACE_NAME, "sort_by": self.sort_by,
         }
 
-    def _analyse_in_process(self, prof: Any, out_dir: Path) -> dict[str, Any]:
-        """torch's own key_averages() on this thread: exact, but holds the GIL (~0.6 s)."""
-        t0 = time.perf_counter()
-        every = rows_from_key_averages(prof.key_averages(), self.use_device,
-                                       self.profile_memory)
-        rows, phases = rank_rows(every, self.sort_by), phase_totals(every)
-        (out_dir / "top_ops.txt").write_text(
-            format_table(rows[:100], f"top ops (key_averages), sorted by self {self.sort_by} "
-                                     "time") + format_phases(phases), encoding="utf-8")
-        result = {"sort_by": self.sort_by, "top_ops": rows[:self.top_n], "ops": len(rows),
-                  "phases": phases, "analysis_s": time.perf_counter() - t0}
-        write_json(out_dir / "top_ops.json", result)
-        return result
-
     # analysis ------------------------------------------------------------------------------
     def _poll(self, step: int, block: bool) -> None:
         ana = self._analysis
@@ -398,14 +326,12 @@ class ProfilerWindow(StepHook):
                     ana.result = json.load(fh)
             except Exception as exc:
                 self._analysis = None
-                self.ctx.set_profile_phase(None)
                 self._emit(R.PROFILE_CANCELLED, step, {
                     "reason": f"analysis failed: {exc}", "dir": ana.window.dir_name})
                 return
         self._analysis = None
         result = ana.result or {}
         self.windows_done += 1
-        self.ctx.set_profile_phase(None)
         self._emit(R.PROFILE_DONE, step, {
             "dir": ana.window.dir_name, "sort_by": result.get("sort_by", self.sort_by),
             "top_ops": result.get("top_ops", []), "phases": result.get("phases", []),
@@ -424,7 +350,6 @@ class ProfilerWindow(StepHook):
                 with contextlib.suppress(OSError):
                     tmp.unlink()
         self._analysis = None
-        self.ctx.set_profile_phase(None)
         self._emit(R.PROFILE_CANCELLED, step, {
             "reason": reason, "dir": ana.window.dir_name if ana else None})
 

@@ -1,6 +1,7 @@
-"""The public API for any training loop: ``Monitor`` around the loop, ``mon.step()`` around
-each optimizer step. It owns the run's session (run folder, control, socket, counters) and its
-instruments; ``memtop train``'s trainer and ``memtop infer``'s runner use the same parts.
+"""The writers' side: ``Monitor`` around any training loop, ``mon.step()`` around each optimizer
+step, over a ``RunSession`` (run folder, control, socket, counters, request dispatch) that
+every writer shares: the Monitor, ``memtop infer``'s runner (trainer/infer.py), and the
+framework callbacks to come.
 
     from probes import Monitor
 
@@ -12,6 +13,12 @@ instruments; ``memtop train``'s trainer and ``memtop infer``'s runner use the sa
             if mon.should_stop:
                 break
 
+    from probes.monitor import RunSession         # a writer with its own loop
+    session = RunSession(run_dir, config=cfg); session.open(device); session.start(amp="off")
+
+Modules: monitor (Monitor, StepScope), session (RunSession, driver_label), setup (argument
+checks, default_hooks, rank and world size), stepvalues (a step's scalars at one sync, the
+GradScaler's skipped steps).
 Names load lazily (probes/tools/lazy.py): these modules import torch.
 """
 
@@ -21,8 +28,10 @@ from probes.tools.lazy import lazy_exports
 
 _EXPORTS = {
     **dict.fromkeys(("Monitor", "StepScope"), ".monitor"),
+    **dict.fromkeys(("BUILTIN_REQUESTS", "RunSession", "driver_label"), ".session"),
     **dict.fromkeys(("default_hooks", "env_rank", "env_world_size"), ".setup"),
-    **dict.fromkeys(("StepValues", "read_step_values"), ".stepvalues"),
+    **dict.fromkeys(("ScalerWatch", "StepValues", "non_finite_error", "read_step_values"),
+                    ".stepvalues"),
 }
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -12,7 +12,6 @@ from typing import Any
 
 import torch
 
-from probes.counters.nvml import NvmlPoller
 from probes.instruments.hooks import StepHook
 from probes.records.errors import MonitorArgumentError
 from probes.runfolder import RunFolderError, create_run_dir
@@ -88,12 +87,6 @@ def default_hooks(*, profiler: bool = True, profile_schedule: tuple[int, int, in
     return hooks
 
 
-def initial_scale(scaler: Any) -> float | None:
-    if scaler is None or not scaler.is_enabled():
-        return None
-    return float(scaler.get_scale())  # the init scale until the first step: no sync
-
-
 def autocast_mode(device: torch.device) -> str | None:
     try:
         if not torch.is_autocast_enabled(device.type):
@@ -117,13 +110,3 @@ def env_world_size() -> int:
         return max(1, int(os.environ.get("WORLD_SIZE", "1")))
     except ValueError:
         return 1
-
-
-def driver_label(device: torch.device, nvml: NvmlPoller | None) -> str:
-    if device.type != "cuda":
-        return "process RSS (/proc/self/statm)"
-    if nvml is not None and nvml.match.startswith("not matched"):
-        return "n/a (NVML device not matched to the CUDA device; no index is guessed)"
-    if nvml is None or not nvml.available:
-        return "n/a (NVML unavailable)"
-    return "NVML memory of this process (all processes' when the pid is not visible)"

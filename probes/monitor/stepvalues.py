@@ -3,14 +3,19 @@
 On CUDA each ``.item()`` waits for the device. A loop that logs the loss syncs once anyway; this
 reads the gradient norm and the scale in the same transfer (``torch.stack(...).tolist()``), so
 watching adds no sync of its own. On CPU there is nothing to wait for: each is read directly.
+``ScalerWatch`` hands over the GradScaler's scale as a tensor (no sync) and counts the steps it
+skipped from the values read.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+from probes.records.errors import NonFiniteError
 
 
 @dataclass
@@ -50,3 +55,43 @@ def read_step_values(*values: Any) -> list[float | None]:
         for i, x in zip(idx, stacked.tolist(), strict=True):  # the one sync for this device
             out[i] = x
     return out
+
+
+class ScalerWatch:
+    """A GradScaler's scale, read with the step's other values, and the optimizer steps it
+    skipped: the scaler backs off (lowers its scale) exactly when it skipped a step."""
+
+    def __init__(self, scaler: torch.amp.GradScaler | None) -> None:
+        self.enabled = scaler is not None and scaler.is_enabled()
+        self._scaler = scaler
+        self.skipped = 0
+        # the init scale until the first step: no sync
+        self.scale = float(scaler.get_scale()) if self.enabled and scaler is not None else None
+
+    def scale_tensor(self) -> Any:
+        """The scale as it stands, without a sync (read_step_values reads it with the loss)."""
+        scaler = self._scaler
+        if scaler is None or not self.enabled:
+            return None
+        getter = getattr(scaler, "_get_scale_async", None)
+        tensor = getter() if getter is not None else None
+        return tensor if tensor is not None else scaler.get_scale()
+
+    def update(self, scale: float | None) -> None:
+        """The scale read after a step: a lower one than before means the step was skipped."""
+        if scale is None:
+            return
+        if self.scale is not None and scale < self.scale:
+            self.skipped += 1
+        self.scale = scale
+
+
+def non_finite_error(step: int, amp: str, loss: float | None, grad_norm: float | None) \
+        -> NonFiniteError | None:
+    """The error for a step whose loss or gradient norm is inf/nan (Monitor's
+    ``non_finite="fail"`` without a GradScaler to skip such a step); None when both are finite."""
+    for what, value in (("loss", loss), ("gradient norm", grad_norm)):
+        if value is not None and not math.isfinite(value):
+            return NonFiniteError(f"{what} became {value} at step {step} with amp={amp} and no "
+                                  "GradScaler to skip it; the weights are no longer valid")
+    return None
