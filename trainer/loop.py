@@ -104,7 +104,7 @@ class Trainer(BackgroundRun):
         did not finish in time): kill the profiler's analysis child and seal metrics.jsonl
         with run_finished, from the calling thread. Whatever this thread writes later is
         dropped. False when the file could not be sealed (a row write hung)."""
-        from probes.traces.opstable import kill_workers
+        from probes.traces.worker import kill_workers
 
         kill_workers()
         mon = self.monitor

@@ -36,8 +36,8 @@ from probes.traces.opstable import (
     phase_totals,
     rank_rows,
     rows_from_key_averages,
-    spawn_worker,
 )
+from probes.traces.worker import spawn_worker
 
 TRACE_NAME = "trace.json"
 

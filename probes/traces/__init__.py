@@ -7,24 +7,25 @@ top-ops table (in a child process during a run, or from the command line on any 
     print(format_table(rows, title="top ops"))
 
     python -m probes.traces.opstable TRACE OUT_DIR [--sort {cpu,device}]
+
+Modules: chrome_trace (the trace read, its events summed per op), opstable (the rows ranked,
+phases, the table written), worker (the child process that computes it during a run).
 """
 
 from __future__ import annotations
 
+from probes.traces.chrome_trace import aggregate, load_trace
 from probes.traces.opstable import (
     SORT_KEYS,
-    aggregate,
     analyse,
     format_phases,
     format_table,
-    kill_workers,
-    load_trace,
     phase_totals,
     rank_rows,
     rows_from_key_averages,
     sort_rows,
-    spawn_worker,
 )
+from probes.traces.worker import kill_workers, spawn_worker
 
 __all__ = [
     "SORT_KEYS", "aggregate", "analyse", "format_phases", "format_table", "kill_workers",
