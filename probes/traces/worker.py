@@ -1,7 +1,7 @@
 """The ops table's child process: started early and idle, told "go" once the trace is written,
-killed with the process that started it (docs/ARCHITECTURE.md, "Profiler window"). The child
-runs ``python -m probes.traces.opstable`` (probes/traces/opstable.py) in a fresh interpreter: no
-torch, no GIL shared with training.
+killed with the process that started it (docs/ARCHITECTURE.md, "Profiler window"). The child is
+a fresh interpreter running the ops table's command line (``python -m probes.traces.opstable``,
+probes/traces/opstable.py): no torch, no GIL shared with training.
 """
 
 from __future__ import annotations
