@@ -487,7 +487,7 @@ def check_profiler_window(ctx: Ctx, r: Result) -> None:
 
 def _compare_key_averages(r: Result, trace_path: Path, window: Any, rows: list) -> None:
     """memtop's table from trace.json against torch's key_averages() of the same window."""
-    from probes.traces.opstable import aggregate, load_trace
+    from probes.traces.chrome_trace import aggregate, load_trace
 
     prof = window.last_profiler
     if prof is None:

@@ -8,14 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from probes.traces.opstable import (
-    aggregate,
-    analyse,
-    load_trace,
-    phase_totals,
-    rank_rows,
-    sort_rows,
-)
+from probes.traces.chrome_trace import aggregate, load_trace
+from probes.traces.opstable import analyse, phase_totals, rank_rows, sort_rows
 
 TRACE = Path(__file__).parent / "data" / "cuda_trace_small.json"
 

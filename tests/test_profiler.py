@@ -15,7 +15,7 @@ from probes.instruments.hooks import StepHook
 from probes.instruments.profwindow import ProfilerWindow
 from probes.records import StepSample
 from probes.runfolder import create_run_dir, read_metrics
-from probes.traces.opstable import aggregate, load_trace
+from probes.traces.chrome_trace import aggregate, load_trace
 from trainer.loop import Trainer
 
 ROW_KEYS = {"name", "calls", "self_cpu_us", "cpu_total_us", "self_device_us", "device_total_us",

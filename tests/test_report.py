@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, TINY, run_cli, wait_until
 
-from probes.analysis.report.build import ReportError, build_report, peak_flops, write_report
+from probes.analysis.report import ReportError, build_report, peak_flops, write_report
 from probes.tools.stats import percentile
 from tui.cli import main as cli_main
 

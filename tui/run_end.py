@@ -90,7 +90,7 @@ class RunEnd:
         if self.trainer.alive:
             self.abandon(reason)
         else:
-            from probes.traces.opstable import kill_workers
+            from probes.traces.worker import kill_workers
 
             kill_workers()  # a window's idle worker, if the trainer did not reap it
         done = threading.Thread(target=self.finish, name="memtop-report-now", daemon=True)

@@ -16,8 +16,9 @@ from __future__ import annotations
 from probes.tools.lazy import lazy_exports
 
 _EXPORTS = {
-    **dict.fromkeys(("build_report", "write_report", "peak_flops"), ".report.build"),
-    "ReportError": ".report.read",
+    **dict.fromkeys(("build_report", "write_report"), ".report.build"),
+    "ReportError": ".report.context",
+    "peak_flops": ".report.flops",
     **dict.fromkeys(("CompareError", "RunFigures", "compare_runs", "gate", "load_run"),
                     ".compare.compare"),
     "DEFAULT_LOSS_TOLERANCE": ".compare.windows",

@@ -2,7 +2,7 @@
 counted the way `memtop compare` counts a finished run's, and their change from the baseline's.
 
 ``LiveFigures`` folds step samples as they come (cheap: a bounded window, a median on demand);
-``report_section`` is what report.json/report.md hold at the end: the full comparison.
+at the end the report holds the full comparison (probes/analysis/report/sections/baseline.py).
 """
 
 from __future__ import annotations
@@ -11,7 +11,9 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
+from probes.analysis.compare.compare import load_run
 from probes.records import StepSample
+from probes.runfolder import RunFolderError
 from probes.tools.stats import percentile
 
 LIVE_WINDOW = 512  # the medians are over the last this-many measured steps
@@ -62,23 +64,7 @@ def deltas(base: dict[str, float | None],
 
 def load_baseline(path: str | Path) -> dict[str, Any]:
     """The baseline run's headline figures; RunFolderError (one sentence) if it is not a run."""
-    from probes.analysis.compare.compare import load_run
-
     return load_run(path).headline()
-
-
-def report_section(baseline: str, run_dir: Path) -> dict[str, Any]:
-    """The report's comparison with the baseline (compare_runs with --force: a different model
-    is reported with its warning, not refused, since the run already happened)."""
-    from probes.analysis.compare.compare import compare_runs
-    from probes.runfolder import RunFolderError
-
-    try:
-        result = compare_runs([baseline, run_dir], force=True)
-    except (RunFolderError, OSError, ValueError) as exc:
-        return {"run": baseline, "error": str(exc)}
-    return {"run": baseline, "baseline": result["baseline"],
-            "comparison": result["comparisons"][0], "noise_rule": result["noise_rule"]}
 
 
 class BaselineWatch:
@@ -86,8 +72,6 @@ class BaselineWatch:
     sample. ``error`` (one sentence) when the baseline cannot be read; then nothing to show."""
 
     def __init__(self, path: str, warmup_steps: int) -> None:
-        from probes.runfolder import RunFolderError
-
         self.name = Path(path).name
         self.base: dict[str, float | None] | None = None
         self.error: str | None = None

@@ -36,7 +36,7 @@ from probes.instruments.proftrace import (
 )
 from probes.records import Event, StepSample
 from probes.runfolder import profile_dir
-from probes.traces.opstable import spawn_worker
+from probes.traces.worker import spawn_worker
 
 
 @dataclass

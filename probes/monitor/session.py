@@ -46,6 +46,7 @@ from probes.records import Event, StepSample
 from probes.runfolder import socket_name
 from probes.runfolder.recorder import RunRecorder, Sink
 from probes.runfolder.state import RunState
+from probes.traces.worker import kill_workers
 
 BUILTIN_REQUESTS = ("pause", "resume", "stop", "report")  # every session acts on these
 
@@ -273,8 +274,6 @@ class RunSession:
         that did not finish in time): kill the profiler's analysis children and seal
         metrics.jsonl with run_finished, from the calling thread; whatever the run's thread
         writes later is dropped. False when the file could not be sealed (a row write hung)."""
-        from probes.traces.opstable import kill_workers
-
         kill_workers()
         why = self.control.stop_reason or reason
         if abandoned_step is not None:

@@ -51,6 +51,7 @@ from probes.runfolder.reader import (
     read_history,
     read_metrics,
     read_rows,
+    require_config,
 )
 from probes.runfolder.recorder import RunRecorder, Sink
 from probes.runfolder.state import ProfileWindow, RunState
@@ -62,6 +63,7 @@ __all__ = [
     "RunFolderError", "check_run_folder", "create_run_dir", "find_runs", "find_weights",
     "is_run_folder", "metrics_files", "metrics_name", "profile_dir", "resolve_run",
     "socket_name", "weights_path", "History", "Rows", "parse_line", "read_config",
-    "read_history", "read_metrics", "read_rows", "RunRecorder", "Sink", "ProfileWindow",
+    "read_history", "read_metrics", "read_rows", "require_config", "RunRecorder", "Sink",
+    "ProfileWindow",
     "RunState", "MetricsWriter", "json_line",
 ]

@@ -13,12 +13,27 @@ from probes.runfolder.layout import CONFIG, RunFolderError
 
 
 def read_config(run_dir: Path) -> dict[str, Any]:
-    """config.json as written (any memtop version, any machine); {} when absent or junk."""
+    """config.json as written (any memtop version, any machine); {} when absent or junk (a
+    viewer shows what it can)."""
     try:
-        data = json.loads((Path(run_dir) / CONFIG).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        return require_config(run_dir)
+    except RunFolderError:
         return {}
-    return data if isinstance(data, dict) else {}
+
+
+def require_config(run_dir: Path) -> dict[str, Any]:
+    """config.json as written; RunFolderError (one sentence) when it is absent, not JSON or not
+    a JSON object (the report, which cannot describe a run without it)."""
+    path = Path(run_dir) / CONFIG
+    if not path.is_file():
+        raise RunFolderError(f"{run_dir} has no {CONFIG}: not a memtop run folder")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:  # ValueError: not JSON, or not UTF-8
+        raise RunFolderError(f"{path} is not valid JSON ({type(exc).__name__})") from None
+    if not isinstance(data, dict):
+        raise RunFolderError(f"{path} is not a JSON object")
+    return data
 
 
 @dataclass

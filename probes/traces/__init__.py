@@ -7,27 +7,22 @@ top-ops table (in a child process during a run, or from the command line on any 
     print(format_table(rows, title="top ops"))
 
     python -m probes.traces.opstable TRACE OUT_DIR [--sort {cpu,device}]
+
+Modules: chrome_trace (the trace read, its events summed per op), opstable (the rows ranked,
+phases, the table written), worker (the child process that computes it during a run).
 """
 
 from __future__ import annotations
 
-from probes.traces.opstable import (
-    SORT_KEYS,
-    aggregate,
-    analyse,
-    format_phases,
-    format_table,
-    kill_workers,
-    load_trace,
-    phase_totals,
-    rank_rows,
-    rows_from_key_averages,
-    sort_rows,
-    spawn_worker,
-)
+from probes.tools.lazy import lazy_exports
 
-__all__ = [
-    "SORT_KEYS", "aggregate", "analyse", "format_phases", "format_table", "kill_workers",
-    "load_trace", "phase_totals", "rank_rows", "rows_from_key_averages", "sort_rows",
-    "spawn_worker",
-]
+# Lazy (probes/tools/lazy.py), so `python -m probes.traces.opstable` runs a module the package
+# has not imported already.
+_EXPORTS = {
+    **dict.fromkeys(("aggregate", "load_trace"), ".chrome_trace"),
+    **dict.fromkeys(("SORT_KEYS", "analyse", "format_phases", "format_table", "phase_totals",
+                     "rank_rows", "rows_from_key_averages", "sort_rows"), ".opstable"),
+    **dict.fromkeys(("kill_workers", "spawn_worker"), ".worker"),
+}
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

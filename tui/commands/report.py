@@ -23,7 +23,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Write the report; print where it is, and why it is incomplete when it is."""
-    from probes.analysis.report.build import ReportError, write_report
+    from probes.analysis.report import ReportError, write_report
 
     try:
         path = write_report(args.run_dir)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from probes.analysis.compare.compare import speed_verdict
 from probes.tools.tables import markdown_table
 from probes.tools.units import format_bytes, format_duration, format_ms, format_rate
 
@@ -109,8 +110,6 @@ def profiler_lines(p: dict[str, Any]) -> list[str]:
                    f"{format_duration(w['analysis_s'])}, trace "
                    f"{format_bytes(w['trace_bytes'])}")
     if p["active_step_ms"] is not None:
-        from probes.analysis.compare.compare import speed_verdict
-
         out.append("  - active step time: " + speed_verdict(p["active_step_ms"],
                                                             higher_is_better=False))
     return out

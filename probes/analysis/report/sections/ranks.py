@@ -1,16 +1,16 @@
 """The report's section for a run of several ranks: each rank's results, the spread across
 ranks (min / median / max), the slowest rank and the highest peak, and the effective global
-batch. Built from the per-rank files only (probes/analysis/report/build.py calls it).
+batch. Built from the per-rank files only; a lone process has no such section (null).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from probes.analysis.ranks import failure_text, rank_ends, read_process_exits, spread
-from probes.analysis.report.read import read_rows
+from probes.analysis.report.context import ReportContext
+from probes.analysis.report.sections.results import train_results
 from probes.tools.tables import markdown_table
 from probes.tools.units import format_bytes, format_ms, format_rate
 
@@ -18,19 +18,18 @@ SPREAD_KEYS = ("tokens_per_s_p50", "step_ms_p50", "step_ms_p95", "peak_allocated
                "peak_reserved_bytes", "driver_peak_bytes")
 
 
-def ranks_section(run_dir: Path, files: dict[int | None, Path], config: dict[str, Any],
-                  results: Callable[[dict, list[dict], dict], dict]) -> dict[str, Any]:
-    """Per-rank results (``results`` is report._results), spread and highlights."""
+def build(ctx: ReportContext) -> dict[str, Any]:
+    """Per-rank results (counted as the run's own), spread and highlights."""
+    return {"ranks": _ranks(ctx) if ctx.ranks else None}
+
+
+def _ranks(ctx: ReportContext) -> dict[str, Any]:
+    config = ctx.config
     per_rank: list[dict[str, Any]] = []
-    for rank, path in files.items():
-        rows = read_rows(path)
-        steps = sorted(rows["steps"], key=lambda r: r["step"])
-        started = next((e for e in rows["events"] if e["event"] == "run_started"), {})
-        finished = next((e for e in reversed(rows["events"]) if e["event"] == "run_finished"),
-                        None)
-        res = results(config, steps, started)
-        per_rank.append({"rank": rank or 0, "device": started.get("device"),
-                         "end": finished.get("reason") if finished else None,
+    for rank, metrics in ctx.ranks.items():
+        res = train_results(config, metrics.steps, metrics.started)
+        per_rank.append({"rank": rank or 0, "device": metrics.started.get("device"),
+                         "end": metrics.end,
                          **{k: res.get(k) for k in ("steps_recorded", "last_step",
                                                     "final_loss", *SPREAD_KEYS)}})
     section: dict[str, Any] = {"count": len(per_rank), "per_rank": per_rank}
@@ -59,7 +58,8 @@ def ranks_section(run_dir: Path, files: dict[int | None, Path], config: dict[str
                                    "tokens_per_s": sum(tps) if len(tps) == n else None,
                                    "note": "each rank's B×T per optimizer step, summed over "
                                            "ranks (DDP averages their gradients)"}
-    section["failure"] = failure_text(rank_ends(run_dir), read_process_exits(run_dir))
+    section["failure"] = failure_text(rank_ends(ctx.run_dir),
+                                     read_process_exits(ctx.run_dir))
     return section
 
 
@@ -69,8 +69,10 @@ def _spread(values: list[Any]) -> dict[str, float | None]:
         {"min": None, "median": None, "max": None}
 
 
-def render_ranks(sec: dict[str, Any]) -> list[str]:
-    """The "Ranks" section of report.md."""
+def render(section: dict[str, Any], report: dict[str, Any]) -> list[str]:
+    sec = section["ranks"]
+    if sec is None:
+        return []
     md = ["## Ranks", ""]
     rows = [[r["rank"], r["steps_recorded"], format_rate(r["tokens_per_s_p50"]),
              format_ms(r["step_ms_p50"]), format_ms(r["step_ms_p95"]),

@@ -1,0 +1,76 @@
+"""The profiler windows a run took: done ones with their top ops (the table the window's child
+process computed, probes/traces/opstable.py), cancelled ones with the reason."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from probes import records as R
+from probes.analysis.report.context import ReportContext
+from probes.tools.tables import markdown_table
+from probes.tools.units import format_us
+
+TOP_OPS = 5  # ops per window in the report
+
+
+def op_time(op: dict[str, Any]) -> tuple[float, str]:
+    """An op's self time in µs and which clock it is: the device's where it was measured."""
+    dev = op.get("self_device_us")
+    if isinstance(dev, (int, float)) and dev > 0:
+        return float(dev), "self device"
+    cpu = op.get("self_cpu_us")
+    return (float(cpu) if isinstance(cpu, (int, float)) else 0.0), "self CPU"
+
+
+def build(ctx: ReportContext) -> dict[str, Any]:
+    windows = []
+    for e in ctx.metrics.named(R.PROFILE_DONE, R.PROFILE_CANCELLED):
+        if e["event"] == R.PROFILE_DONE:
+            ops = e.get("top_ops") if isinstance(e.get("top_ops"), list) else []
+            windows.append({"step": e.get("step"), "status": "done", "dir": e.get("dir"),
+                            "phase": e.get("phase"),
+                            "sort_by": e.get("sort_by"), "analysis_s": e.get("analysis_s"),
+                            "top_ops": [op for op in ops if isinstance(op, dict)][:TOP_OPS]})
+        else:
+            windows.append({"step": e.get("step"), "status": "cancelled", "dir": e.get("dir"),
+                            "phase": e.get("phase"),
+                            "reason": e.get("reason"), "top_ops": []})
+    return {"profiles": windows}
+
+
+def render(section: dict[str, Any], report: dict[str, Any]) -> list[str]:
+    """A training run's windows, each with its top ops on both clocks."""
+    md = ["## Profiler windows", ""]
+    if not section["profiles"]:
+        md += ["No profiler window was taken.", ""]
+    for w in section["profiles"]:
+        if w["status"] != "done":
+            md += [f"### Window at step {w['step']}: {w['status']} ({w.get('reason')})", ""]
+            continue
+        md += [f"### Window at step {w['step']} (sorted by {w['sort_by']}; trace in "
+               f"`{w['dir']}`)", ""]
+        rows = [[op.get("name"), op.get("calls"), format_us(op.get("self_cpu_us")),
+                 format_us(op.get("cpu_total_us")), format_us(op.get("self_device_us")),
+                 format_us(op.get("device_total_us"))] for op in w["top_ops"]]
+        md += [markdown_table(["op", "calls", "self CPU", "CPU total", "self device",
+                               "device total"], rows, right={1, 2, 3, 4, 5}), ""]
+    return md
+
+
+def render_by_phase(section: dict[str, Any], report: dict[str, Any]) -> list[str]:
+    """An inference run's windows, one per phase (prefill, decode)."""
+    md = ["## Profiler windows, one per phase", ""]
+    if not section["profiles"]:
+        md += ["No profiler window was taken.", ""]
+    for w in section["profiles"]:
+        phase = w.get("phase") or "?"
+        if w["status"] != "done":
+            md += [f"### {phase}: window {w['status']} ({w.get('reason')})", ""]
+            continue
+        md += [f"### {phase} (sorted by {w['sort_by']} time; trace in `{w['dir']}`)", ""]
+        ops = [[op.get("name"), op.get("calls"), format_us(op.get("self_cpu_us")),
+                format_us(op.get("cpu_total_us")), format_us(op.get("self_device_us"))]
+               for op in w["top_ops"]]
+        md += [markdown_table(["op", "calls", "self CPU", "CPU total", "self device"], ops,
+                              right={1, 2, 3, 4}), ""]
+    return md

@@ -1,0 +1,123 @@
+"""What was measured, and how: hardware, software, model, input, precision, warmup and the
+measurement's rules (the tutorial's experiment-report fields, docs/ARCHITECTURE.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from probes.analysis.report.context import (
+    SOFTWARE_KEYS,
+    ReportContext,
+    is_gpt_config,
+    warmup_steps,
+)
+from probes.tools.tables import markdown_table
+from probes.tools.units import format_bytes
+
+SYNC_RULE = ("one blocking device-to-host transfer per step, after the optimizer step: loss, "
+             "gradient norm and GradScaler scale stacked and read together "
+             "(probes/monitor/stepvalues.py);"
+             " memtop's trainer uses fused AdamW on CUDA, so GradScaler.step passes found-inf to "
+             "the kernel instead of reading it (a non-fused optimizer adds that .item()); the "
+             "allocator counters and NVML are host reads; no explicit synchronize")
+TIMING = "wall clock per step, batch fetch to optimizer update (time.perf_counter)"
+
+
+def _model_and_input(ctx: ReportContext) -> tuple[dict, dict]:
+    """What the model and its input were: memtop's GPT by its shape, any other model by name."""
+    config, started = ctx.config, ctx.started
+    model_info = (ctx.last_ledger or {}).get("model") or {}
+    compute = {"bf16": "bfloat16 (autocast)",
+               "fp16": "float16 (autocast + GradScaler)"}.get(ctx.amp, "float32")
+    param_dtype = model_info.get("param_dtype") or "float32"
+    if is_gpt_config(config):
+        model = {"kind": "GPT", "layers": config["layers"], "dim": config["dim"],
+                 "heads": config["heads"], "vocab": model_info.get("vocab_size") or 256,
+                 "block_size": config.get("block_size"), "attention": config.get("attention"),
+                 "params": started.get("params")}
+        inp = {"batch_size": config["batch_size"], "seq_len": config["seq_len"],
+               "tokens_per_step": config["batch_size"] * config["seq_len"],
+               "token_dtype": "int64", "param_dtype": param_dtype, "compute_dtype": compute}
+        return model, inp
+    mon = config.get("monitor") if isinstance(config.get("monitor"), dict) else {}
+    model = {"kind": str(mon.get("model") or "a model of the training loop's own"),
+             "params": started.get("params")}
+    inp = {"tokens_per_step": started.get("tokens_per_step"),
+           "samples_per_step": started.get("samples_per_step"),
+           "param_dtype": param_dtype, "compute_dtype": compute}
+    return model, inp
+
+
+def build(ctx: ReportContext) -> dict[str, Any]:
+    started, system, config = ctx.started, ctx.system, ctx.config
+    model, inp = _model_and_input(ctx)
+    return {
+        "hardware": {
+            "device": started.get("device") or config.get("resolved_device"),
+            "device_name": started.get("device_name"),
+            "device_memory_bytes": started.get("device_total_bytes"),
+            "gpu_name": system.get("gpu_name"), "gpu_capability": system.get("gpu_capability"),
+            "cpu_model": system.get("cpu_model"), "cpu_count": system.get("cpu_count"),
+            "ram_bytes": system.get("ram_bytes"),
+        },
+        "software": {k: system.get(k) for k in SOFTWARE_KEYS},
+        "model": model,
+        "input": inp,
+        "mode": "train",
+        "amp": ctx.amp,
+        "warmup_steps": warmup_steps(config),
+        "measurement": {
+            "steps": len(ctx.steps), "steps_planned": config.get("steps"),
+            "sync_rule": SYNC_RULE, "timing": TIMING,
+            "counters": started.get("counters"), "driver_counter": started.get("driver_counter"),
+            "seed": config.get("seed"),
+        },
+    }
+
+
+def _model_text(model: dict[str, Any], params: str) -> str:
+    if model.get("kind", "GPT") == "GPT":
+        return (f"GPT: {model['layers']} layers, dim {model['dim']}, {model['heads']} heads, "
+                f"vocab {model['vocab']}, {model['attention']} attention{params}")
+    return f"{model['kind']} (the training loop's own model){params}"
+
+
+def _input_text(inp: dict[str, Any]) -> str:
+    if "seq_len" in inp:
+        return (f"B={inp['batch_size']}, T={inp['seq_len']} ({inp['tokens_per_step']} tokens/"
+                f"step), {inp['token_dtype']} tokens, {inp['param_dtype']} weights")
+    per_step = [f"{inp[k]} {unit}/step" for k, unit in (("tokens_per_step", "tokens"),
+                                                        ("samples_per_step", "samples"))
+                if inp.get(k)]
+    return (", ".join(per_step) or "not reported by the loop (steps/s shown)") + \
+        f", {inp['param_dtype']} weights"
+
+
+def render(section: dict[str, Any], report: dict[str, Any]) -> list[str]:
+    hw, sw, model, inp = (section[k] for k in ("hardware", "software", "model", "input"))
+    meas = section["measurement"]
+    ram = f"RAM {format_bytes(hw['ram_bytes'])}"
+    cpu = f"{hw['cpu_model']} ({hw['cpu_count']} cores)"
+    if hw["gpu_name"]:
+        hardware = (f"{hw['device']} {hw['gpu_name']} ({format_bytes(hw['device_memory_bytes'])},"
+                    f" sm {hw['gpu_capability']}); host {cpu}, {ram}")
+    else:
+        hardware = f"{hw['device']}: {cpu}, {ram}"
+    params = f", {model['params']:,} params" if isinstance(model["params"], int) else ""
+    rows = [
+        ["hardware", hardware],
+        ["software", f"Python {sw['python']}, torch {sw['torch']}, CUDA {sw['cuda'] or 'none'}"
+                     f", cuDNN {sw['cudnn'] or 'none'}, memtop {sw['memtop']}"],
+        ["model", _model_text(model, params)],
+        ["input", _input_text(inp)],
+        ["mode", section["mode"]],
+        ["amp", f"{section['amp']}: compute in {inp['compute_dtype']}"],
+        ["warmup", f"{section['warmup_steps']} steps (peak counters reset after them)"],
+        ["measurement", f"{meas['steps']} steps recorded "
+                        f"({meas['steps_planned'] or 'no limit'} planned)"],
+        ["sync rule", meas["sync_rule"]],
+        ["timing", meas["timing"]],
+        ["counters", f"{meas['counters']}; driver level: {meas['driver_counter']}"],
+    ]
+    return ["## Setup", "", markdown_table(["field", "value"], rows), "",
+            f"Software recorded at {sw['source']}.", ""]
