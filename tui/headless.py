@@ -15,6 +15,7 @@ from probes.control.requests import RunControl
 from probes.records import Event, Record, StepSample
 from probes.tools.units import format_bytes, format_rate
 from trainer.config import TrainConfig
+from tui.panes import throughput, throughput_label
 
 EXIT_SIGINT = 130
 EXIT_SIGTERM = 143
@@ -32,12 +33,9 @@ def format_step_line(s: StepSample) -> str:
 
 
 def throughput_text(s: StepSample) -> str:
-    """tokens/s when the loop counts tokens, else samples/s, else steps/s."""
-    if s.tokens_per_s is not None:
-        return f"{format_rate(s.tokens_per_s)} tok/s"
-    if s.samples_per_s is not None:
-        return f"{format_rate(s.samples_per_s)} samples/s"
-    return f"{format_rate(1000.0 / s.step_ms if s.step_ms else None)} steps/s"
+    """What the throughput pane shows (tui/panes.py): tokens/s when the loop counts tokens,
+    else samples/s, else steps/s."""
+    return f"{format_rate(throughput(s))} {throughput_label(s, short=True)}"
 
 
 def format_event_line(e: Event) -> str:
