@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import os
 import signal
 import sys
 import threading
@@ -15,6 +13,7 @@ from probes.control.requests import RunControl
 from probes.records import Event, Record, StepSample
 from probes.tools.units import format_bytes, format_rate
 from trainer.config import TrainConfig
+from tui.output import quiet_stdout
 from tui.panes import throughput, throughput_label
 
 EXIT_SIGINT = 130
@@ -104,15 +103,8 @@ def drive(runner: Any, control: RunControl, run_dir: Path, out: TextIO) -> int:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     if runner.sink_errors:  # e.g. `| head`: the reader went away, the run carried on
-        _quiet_stdout()
+        quiet_stdout()
     if received:
         return EXIT_SIGINT if received[0] == signal.SIGINT else EXIT_SIGTERM
     return 1 if runner.exit_code is None else runner.exit_code
 
-
-def _quiet_stdout() -> None:
-    """After a closed pipe, send stdout to /dev/null so the exit flush prints no traceback."""
-    with contextlib.suppress(OSError, ValueError):
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
