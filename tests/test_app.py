@@ -18,15 +18,20 @@ import time
 import pytest
 from conftest import ROOT, TINY, run_cli, wait_for
 
+from probes import records as R
 from probes.counters.nvml import NvmlPoller
 from probes.instruments.hooks import StepHook
-from probes.records import Event
+from probes.records import EVENT_KINDS, Event
 from tui.app import MemtopApp
 from tui.dashboard_run import stderr_to_file
 from tui.format import format_value
+from tui.live_events import LIVE_EVENTS
+from tui.panes import PANES
 from tui.widgets.footer import MemtopFooter
-from tui.widgets.help_screen import CUDA_COUNTERS, HelpScreen
+from tui.widgets.help_screen import HelpScreen, counter_paragraphs
 from tui.widgets.memory_chart import REF_CELLS
+
+CUDA_COUNTERS = counter_paragraphs("cuda")  # the help's counter section on CUDA
 
 
 def rows(app: MemtopApp) -> tuple[list[dict], list[dict]]:
@@ -196,6 +201,27 @@ async def test_injected_events_render_banner_table_and_ledger(make_app):
                                                "message": "CUDA out of memory", "traceback": ""}))
         await wait_for(pilot, lambda: app.error_banner.shown, "error banner")
         assert "CUDA out of memory" in app.error_banner.text
+
+
+async def test_a_loud_kind_without_a_handler_shows_its_summary_as_a_toast(make_app):
+    """tui/live_events.py: a kind with no handler of its own gets the default, a toast of its
+    summary (probes/records/events.py); a quiet kind and this dashboard's own requests none."""
+    app = make_app(autostart=False)
+    assert R.WEIGHTS_SAVED not in LIVE_EVENTS and EVENT_KINDS[R.WEIGHTS_SAVED].loud
+    assert not EVENT_KINDS[R.REPORT_WRITTEN].loud
+    saved = Event(R.WEIGHTS_SAVED, 7, 2.0, {"path": "weights.pt", "bytes": 3 * 1024**2})
+    async with app.run_test(size=(80, 24)) as pilot:
+        for quiet in (Event(R.REPORT_WRITTEN, 7, 2.0, {"path": "report.md"}),
+                      Event(R.CONTROL, 7, 2.0, {"request": "profile", "source": "keyboard"})):
+            app.ring.push(quiet)
+        app.ring.push(Event(R.CONTROL, 7, 2.0, {"request": "pause", "source": "viewer pid 1"}))
+        app.ring.push(saved)
+        await wait_for(pilot, lambda: any(n.message == saved.summary()
+                                          for n in app._notifications), "the default toast")
+        toasts = [(n.title, n.message) for n in app._notifications]
+        assert ("weights saved", "weights.pt (3.0 MiB)") in toasts
+        assert ("control", "pause requested by viewer pid 1") in toasts  # another process
+        assert len(toasts) == 2, toasts  # nothing for report_written nor our own key
 
 
 class _FailAt(StepHook):
@@ -467,7 +493,7 @@ def test_deferred_dashboard_frame_is_up_before_torch_is_imported(tmp_path):
                          env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert res.returncode == 0, res.stderr[-2000:]
     assert "STARTING" in res.stdout and "torch imported: False" in res.stdout, res.stdout
-    assert "panes: 8 " in res.stdout, res.stdout
+    assert f"panes: {len(PANES)} " in res.stdout, res.stdout  # every pane of the table
 
 
 async def test_deferred_trainer_builds_on_its_thread_and_trains(tiny_config, tmp_path):

@@ -6,6 +6,7 @@ from probes.records import StepSample
 from probes.tools import units as u
 from tui import format as f
 from tui import format_panels as fp
+from tui import panes as p
 
 
 def _sample(**kw) -> StepSample:
@@ -18,8 +19,8 @@ def _sample(**kw) -> StepSample:
 
 
 def test_sample_values_maps_every_pane_and_hides_nan_loss():
-    values = f.sample_values(_sample(loss=float("nan")))
-    assert set(values) == set(f.PANE_KINDS)
+    values = p.sample_values(_sample(loss=float("nan")))
+    assert set(values) == set(p.PANE_IDS)
     assert values["loss"] is None
     assert values["driver"] is None
     assert values["allocated"] == 3 * 1024**2
@@ -38,11 +39,11 @@ def test_format_value_units_and_na():
 
 
 def test_cpu_labels_are_honest_and_short_labels_fit_a_compact_pane():
-    cpu = f.pane_labels("cpu")
+    cpu = p.pane_labels("cpu")
     assert cpu["allocated"] == "heap in use" and cpu["driver"] == "RSS"
     assert "sampled" in cpu["peak"]
-    assert f.pane_labels("cuda")["driver"] == "NVML used"
-    for label in f.pane_labels("cpu", short=True).values():
+    assert p.pane_labels("cuda")["driver"] == "NVML used"
+    for label in p.pane_labels("cpu", short=True).values():
         # 18 content columns at 80x24, minus a value such as "12.3 MiB" and a space
         assert len(label) <= 9, label
 
@@ -111,10 +112,10 @@ def test_leak_alert_line_says_rate_since_and_time_to_full():
 
 
 def test_counter_pane_mapping_per_device():
-    assert fp.counter_pane("host_heap", "cpu") == "allocated"
-    assert fp.counter_pane("host_rss", "cpu") == "driver"
-    assert fp.counter_pane("device_allocated", "cuda") == "allocated"
-    assert fp.counter_pane("host_heap", "cuda") is None
+    assert p.counter_pane("host_heap", "cpu") == "allocated"
+    assert p.counter_pane("host_rss", "cpu") == "driver"
+    assert p.counter_pane("device_allocated", "cuda") == "allocated"
+    assert p.counter_pane("host_heap", "cuda") is None
 
 
 OPS = [
@@ -178,18 +179,23 @@ def test_downsample_max_keeps_spikes_and_bounds_points():
     assert fp.byte_unit(300 * 1024**2)[0] == "MiB"
 
 
+def _cuda_notes(sample: StepSample) -> dict[str, str | None]:
+    """The notes under the reserved and driver panes (tui/panes.py)."""
+    return {"reserved": p.cache_free_note(sample, {}), "driver": p.outside_cache_note(sample, {})}
+
+
 def test_cuda_notes_show_cache_and_driver_overhead():
     mib = 1 << 20
     base = dict(step=9, time_s=1.0, loss=1.0, tokens_per_s=1.0, step_ms=1.0,
                 allocated_bytes=400 * mib, reserved_bytes=2048 * mib, peak_allocated_bytes=1,
                 driver_used_bytes=2600 * mib, host_rss_bytes=1, scale=None, skipped_steps=0,
                 amp="fp16", device="cuda:0", alloc_retries=2)
-    notes = f.cuda_notes(StepSample(**base))
+    notes = _cuda_notes(StepSample(**base))
     assert notes["reserved"] == "cache free 1.6 GiB, 2 malloc retries"
     assert notes["driver"] == "ctx+libs 552 MiB (NVML − reserved)"
-    cpu = f.cuda_notes(StepSample(**dict(base, device="cpu")))
+    cpu = _cuda_notes(StepSample(**dict(base, device="cpu")))
     assert cpu == {"reserved": None, "driver": None}
-    none = f.cuda_notes(StepSample(**dict(base, driver_used_bytes=None, alloc_retries=0)))
+    none = _cuda_notes(StepSample(**dict(base, driver_used_bytes=None, alloc_retries=0)))
     assert none == {"reserved": "cache free 1.6 GiB", "driver": None}
 
 

@@ -10,9 +10,11 @@ import threading
 import pytest
 from conftest import wait_for
 
+from probes import records as R
 from probes.control.requests import RunControl
 from probes.control.unix_socket import ControlServer, NotLive
 from probes.control.unix_socket import request as send
+from probes.records import Event
 from probes.runfolder import create_run_dir, metrics_files
 
 
@@ -139,6 +141,10 @@ async def test_viewer_opens_a_finished_run_on_its_final_state(tiny_config):
         await wait_for(pilot, lambda: "finished at step 6" in app.status_line.text,
                        "the final state")
         assert app.run_state.outcome == "finished" and app.last_sample.step == 6
+        replayed = {e.event for e in app.source.history()[0] if isinstance(e, Event)}
+        assert {R.WEIGHTS_SAVED, R.RUN_FINISHED} <= replayed
+        # the past gets no default toasts (tui/live_events.py): they would say "just now"
+        assert not any(n.title in ("weights saved", "run finished") for n in app._notifications)
         await pilot.press("p")  # nothing to steer: said, not sent
         await wait_for(pilot, lambda: any("ended" in n.message for n in app._notifications),
                        "the refusal")

@@ -3,8 +3,11 @@
 It reads a run source (tui/sources.py): memtop's trainer on a thread of this process, or a run
 folder another process writes (or wrote). A 2 Hz timer polls the source and updates only what
 changed (docs/ARCHITECTURE.md: 2 Hz kept ≥ 0.98 of the headless throughput on 2 cores, 10 Hz full
-redraws halved it). The UI never calls torch. Keys and quitting are tui/app_actions.py; running on a
-real terminal (fd 2, signals, the bounded shutdown) is tui/dashboard_run.py.
+redraws halved it). The UI never calls torch. The panes are made from the pane table
+(tui/panes.py); how each event shows is tui/live_events.py; the header, status and baseline lines
+are tui/status_bars.py; keys and quitting are tui/app_actions.py; several ranks are
+tui/app_ranks.py; running on a real terminal (fd 2, signals, the bounded shutdown) is
+tui/dashboard_run.py.
 """
 
 from __future__ import annotations
@@ -22,26 +25,16 @@ from textual.binding import Binding
 from textual.containers import Grid, Horizontal, Vertical
 
 from probes import records as R
-from probes.records import Event, Record, StepSample, switches_text
+from probes.records import Event, Record, StepSample
 from probes.runfolder.state import RunState
 from probes.tools.ring import Ring
 from tui.app_actions import AppActions
 from tui.app_ranks import RanksView
-from tui.format import (
-    PANE_KINDS,
-    cuda_notes,
-    fit,
-    header_text,
-    leak_demo_text,
-    pane_labels,
-    profile_text,
-    sample_values,
-    state_text,
-    throughput_label,
-)
-from tui.format_panels import counter_pane
+from tui.live_events import LiveEvents
+from tui.panes import PANES, chart_labels, grid_size, pane_labels, sample_values
 from tui.run_end import RunEnd
 from tui.sources import DeferredTrainer, FolderSource, RunSource, TrainerSource
+from tui.status_bars import StatusBars
 from tui.widgets.admission_line import AdmissionLine
 from tui.widgets.baseline_bar import BaselineBar
 from tui.widgets.error_banner import ErrorBanner
@@ -67,7 +60,7 @@ FIRST_SAMPLE_POLL_S = 0.05  # until the first sample: startup target is the bare
 GEN2_EVERY = 100  # gen-1 passes between gen-2 passes once frozen (CPython's default: 10)
 
 
-class MemtopApp(RanksView, AppActions, App[int]):
+class MemtopApp(LiveEvents, StatusBars, RanksView, AppActions, App[int]):
     """One run's dashboard. Build with :meth:`for_run` (train) or :meth:`for_folder` (view)."""
 
     CSS_PATH = "memtop.tcss"
@@ -204,9 +197,11 @@ class MemtopApp(RanksView, AppActions, App[int]):
         yield MemtopHeader(id="header")
         yield ErrorBanner(id="error")
         yield LeakBanner(id="leak")
-        with Grid(id="panes"):
-            for pane_id, kind in PANE_KINDS.items():
-                yield MetricPane(pane_id, labels[pane_id], kind, short[pane_id])
+        grid = Grid(id="panes")  # one cell per pane of the table (tui/panes.py)
+        grid.styles.grid_size_columns, grid.styles.grid_size_rows = grid_size()
+        with grid:
+            for spec in PANES:
+                yield MetricPane(spec.id, labels[spec.id], spec.kind, short[spec.id])
         if self.is_infer:  # the inference ledger (docs/INFERENCE.md): cache, phases, admission
             with Vertical(id="infer"):
                 with Horizontal(id="infer-panes"):
@@ -216,8 +211,8 @@ class MemtopApp(RanksView, AppActions, App[int]):
         with Horizontal(id="lower", classes=f"view-{self.view}"):
             yield RankTable(id="ranks")
             with Vertical(id="chart-box"):
-                yield MemoryChart((labels["allocated"], labels["reserved"], labels["peak"]),
-                                  every_s=self.chart_every_s, id="chart")
+                yield MemoryChart(chart_labels(self.device_type), every_s=self.chart_every_s,
+                                  id="chart")
             with Vertical(id="side"):
                 yield TopOpsTable(id="ops")
                 yield LedgerPane(id="ledger")
@@ -272,7 +267,11 @@ class MemtopApp(RanksView, AppActions, App[int]):
         """A run opened after it started: its past, the chart over the whole run."""
         records, chart = self.source.history()
         if records:
-            self._take(records)
+            self.replaying = True  # no toasts for what happened before (tui/live_events.py)
+            try:
+                self._take(records)
+            finally:
+                self.replaying = False
         if self.ranks_mode:
             chart = [s for s in chart if s.rank == 0]
         if chart:
@@ -315,7 +314,7 @@ class MemtopApp(RanksView, AppActions, App[int]):
             if isinstance(record, StepSample):
                 samples.append(record)
             else:
-                self.handle_event(record)
+                self.show_event(record)
         if samples:
             self._take_samples(samples)
 
@@ -325,33 +324,18 @@ class MemtopApp(RanksView, AppActions, App[int]):
             pane.push([row[pane_id] for row in rows])
         last = samples[-1]
         self.last_sample = last
-        if last.scale is not None:
-            self.panes["scale"].set_note(f"skipped steps {last.skipped_steps}")
-        for pane_id, note in cuda_notes(last).items():  # None on CPU: the range line stays
-            self.panes[pane_id].set_note(note)
-        label = throughput_label(last)
-        if label != self.panes["tokens"].label:
-            self.panes["tokens"].relabel(label, label)
+        self.update_notes()
+        for spec in PANES:
+            if spec.sample_label is not None:
+                label = spec.sample_label(last)
+                if label != self.panes[spec.id].label:
+                    self.panes[spec.id].relabel(label, label)
         self.chart.add_points(samples)
         for infer_pane in self.infer_panes:
             infer_pane.push(samples)
         if self.baseline is not None:
             for s in samples:
                 self.baseline.push(s)
-
-    def update_baseline(self) -> None:
-        """The `--baseline RUN` line (tutorial exercise 8), when the run names one."""
-        from tui.format_panels import baseline_text
-
-        watch = self.baseline
-        if watch is None:
-            return
-        if watch.base is None:
-            self.baseline_bar.show(f"{watch.error}")
-            return
-        now, change = watch.now()
-        width = (self.baseline_bar.size.width or self.size.width or 80) - 2
-        self.baseline_bar.show(baseline_text(watch.name, watch.base, now, change, width))
 
     def redraw_chart(self, force: bool = True) -> None:
         """Bring the chart up to date (every ~5 s on the timer; at once for a screenshot)."""
@@ -373,140 +357,24 @@ class MemtopApp(RanksView, AppActions, App[int]):
             gc.set_threshold(t0, t1, max(t2, GEN2_EVERY))
             self._gc_frozen = True
 
-    def elapsed_s(self) -> float:
-        trainer = self.trainer
-        if trainer is not None and trainer.alive and not self.run_state.finished:
-            return trainer.elapsed_s()
-        return self.last_sample.time_s if self.last_sample else self.run_state.time_s
-
-    def update_header(self) -> None:
-        st = self.run_state
-        want_paused = self._pause_pending == "pause" or (
-            st.state == "paused" and self._pause_pending != "resume")
-        state = state_text(st.state, st.profile_phase, want_paused, self._quitting)
-        batch, seq = self.config.get("batch_size"), self.config.get("seq_len")
-        switches = None
-        if self.is_infer:
-            seq = (self.config.get("prompt_len") or 0) + (self.config.get("new_tokens") or 0)
-            switches = switches_text((st.started or {}).get("switches"), short=True)
-        text = header_text(
-            device_name=st.device_name, device_total=st.device_total_bytes, switches=switches,
-            amp=st.amp or "…", batch=batch, seq=seq, params=st.params or None, step=st.step,
-            elapsed_s=self.elapsed_s(), state=state,
-            width=self.header_bar.size.width or self.size.width or 80)
-        self.header_bar.show(text, state)
-
-    def update_status(self) -> None:
-        st = self.run_state
-        parts = [
-            profile_text(st.profile_phase, self._profile_requested, self.can("profile")),
-            leak_demo_text(st.leak_kind or self.config.get("leak"), st.leak_active,
-                           st.leak_since, self._leak_toggling, self.can("leak_start")),
-        ]
-        if st.finished or st.state == "failed":
-            reason = st.error or st.stop_reason or "?"
-            word = "failed" if st.state == "failed" else "finished"
-            parts.append(f"{word} at step {st.step}: {reason}"
-                         if word == "failed" else f"{word} at step {st.step} ({reason})")
-        elif self._quitting:
-            parts.append("stopping: waiting for the step to end…")
-        note = self.source.note
-        if note:
-            parts.append(note)
-        if self.ranks_mode:
-            parts.append(f"{len(self.rank_table.rows)} ranks")
-        if not self.source.in_process and self.ending is None:
-            parts.append("viewing" + ("" if self.source.live else " (not live)"))
-        parts.append(f"run {self.run_dir}")
-        width = self.status_line.size.width or self.size.width or 80
-        self.status_line.show(fit(" " + " │ ".join(parts), width))
-
-    def _check_failed(self) -> None:
-        self._show_rank_failure()
-        st = self.run_state
-        if st.state == "failed" and not self.error_banner.shown:
-            self.error_banner.show_message(f"{self._what} FAILED at step {st.step}: {st.error}\n"
-                                           "the last samples stay on screen; q quits")
-        build_error = getattr(self.trainer, "build_error", None)
-        if build_error and not self.error_banner.shown:
-            self.error_banner.show_message(f"the trainer could not start: {build_error}\nq quits")
-
-    # events ------------------------------------------------------------------------------------
-    def handle_event(self, event: Event) -> None:
-        """One Event from the run: route it to the widget that shows it."""
-        d = event.data
-        name = event.event
-        if name == R.RUN_STARTED:
-            device = str(d.get("device") or "cpu")
-            self.relabel("cuda" if device.startswith("cuda") else "cpu")
-            amp = str(d.get("amp") or "")
-            if amp and amp not in ("fp16", "auto"):
-                self.panes["scale"].set_note(f"not needed ({amp})")
-            if d.get("mode") == "infer":
-                self.panes["scale"].set_note("none: inference")
-                self.panes["loss"].set_note("none: inference")
-                self.ledger.set_placeholder("inference: no training ledger; the KV cache pane "
-                                            "and the admission line above are its ledger")
-        elif name == R.ADMISSION and self.admission is not None:
-            self.admission.show(d)
-        elif name == R.LEAK_SUSPECTED:
-            self.leak_banner.suspected(event.step, d)
-            pane = counter_pane(str(d.get("counter")), self.device_type)
-            if pane is not None:
-                self._alert_panes[str(d.get("counter"))] = pane
-                self.panes[pane].set_class(True, "-alert")
-        elif name == R.LEAK_CLEARED:
-            self.leak_banner.cleared(event.step, d)
-            pane = self._alert_panes.pop(str(d.get("counter")), None)
-            if pane is not None and pane not in self._alert_panes.values():
-                self.panes[pane].set_class(False, "-alert")
-        elif name == R.PROFILE_STARTED:
-            self._profile_requested = False
-        elif name == R.PROFILE_CANCELLED:
-            self._profile_requested = False
-            self.ops_table.set_note("profiler window cancelled; press p to open a new one")
-            self.notify(f"profiler window cancelled: {d.get('reason', '')}", timeout=3)
-        elif name == R.PROFILE_DONE:
-            self._profile_requested = False
-            self.ops_table.show_window(event.step, d)
-            if self.size.width < 100:  # narrow: the table takes the chart's place
-                self.set_view("ops")
-            self.notify(f"top ops ready (step {event.step}); o changes the sort", timeout=4)
-        elif name == R.LEDGER:
-            self.ledger.show_ledger(d)
-        elif name == R.LEAK_DEMO_STARTED:
-            self._leak_toggling = False
-        elif name == R.LEAK_DEMO_STOPPED:
-            self._leak_toggling = False
-            self.notify(f"leak demo stopped: released {d.get('released_tensors', '?')} tensors",
-                        timeout=4)
-        elif name in (R.PAUSED, R.RESUMED):
-            self._pause_pending = None
-        elif name == R.ERROR:
-            self.error_banner.show_message(
-                f"{self._what} FAILED at step {event.step}: {d.get('error_type', 'Error')}: "
-                f"{d.get('message', '')}\nthe last samples stay on screen; the traceback is in "
-                f"{self.run_dir / 'metrics.jsonl'}; q quits")
-        elif name == R.MEMORY_SNAPSHOT:
-            self.notify(f"memory snapshot: {event.summary()}", timeout=6,
-                        severity="error" if d.get("error") else "information")
-        elif name == R.HINT:  # each kind once a run (probes/instruments/hints.py): a long toast
-            self.notify(f"{d.get('title')}: {d.get('why')}", title="hint", timeout=10)
-        elif name == R.MEMORY_GUARD:
-            self.error_banner.show_message(
-                f"memory guard stopped the run at step {event.step}: {d.get('counter')} would "
-                f"pass the --max-memory limit", warning=True)
-
     def relabel(self, device_type: str) -> None:
         """Pane labels say what the counters are on this device (a viewer learns it late)."""
         if device_type == self.device_type:
             return
         self.device_type = device_type
         labels, short = pane_labels(device_type), pane_labels(device_type, short=True)
-        for pane_id, pane in self.panes.items():
-            if pane_id != "tokens":
-                pane.relabel(labels[pane_id], short[pane_id])
-        self.chart.set_labels((labels["allocated"], labels["reserved"], labels["peak"]))
+        for spec in PANES:
+            if spec.sample_label is None:  # else the sample names it (tokens/samples/steps)
+                self.panes[spec.id].relabel(labels[spec.id], short[spec.id])
+        self.chart.set_labels(chart_labels(device_type))
+
+    def update_notes(self) -> None:
+        """The line under each pane's value that has a note (tui/panes.py), from the newest
+        sample and the run_started row."""
+        started = self.run_state.started or {}
+        for spec in PANES:
+            if spec.note is not None:
+                self.panes[spec.id].set_note(spec.note(self.last_sample, started))
 
     def set_view(self, view: str) -> None:
         """Which of chart / top ops / ledger fills the lower area on narrow terminals."""

@@ -22,8 +22,6 @@ from textual import work
 from tui.widgets.confirm import ConfirmScreen
 from tui.widgets.help_screen import HelpScreen
 
-VIEWS = ("chart", "ops", "ledger")
-
 
 class AppActions:
     """Mixed into MemtopApp; uses its source, run state and widgets."""
@@ -140,7 +138,7 @@ class AppActions:
             self.notify("no top-ops table yet: press p first", timeout=3)
 
     def action_view(self: Any) -> None:
-        views = getattr(self, "views", VIEWS)
+        views = self.views
         self.set_view(views[(views.index(self.view) + 1) % len(views)])
 
     def action_help(self: Any) -> None:

@@ -1,4 +1,5 @@
-"""Pure text helpers for the dashboard: every string a widget shows is built here.
+"""Pure text helpers for the dashboard: values in units, the pane lines, the header and the
+status line (the panes' own labels, notes and help are in the pane table, tui/panes.py).
 
 Kept free of Textual and torch so they can be tested without an App and so the UI thread never
 does more than string work on a refresh.
@@ -7,7 +8,6 @@ does more than string work on a refresh.
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from probes.tools.units import (
     NA,
@@ -17,109 +17,6 @@ from probes.tools.units import (
     format_ms,
     format_rate,
 )
-
-# Pane ids in display order, and what kind of value each holds.
-PANE_KINDS: dict[str, str] = {
-    "allocated": "bytes",
-    "reserved": "bytes",
-    "peak": "bytes",
-    "driver": "bytes",
-    "scale": "scale",
-    "tokens": "rate",
-    "step_ms": "ms",
-    "loss": "loss",
-}
-
-# Labels say what the counter really is on each device (docs/ARCHITECTURE.md: counters table).
-_CPU_LABELS = {
-    "allocated": "heap in use",
-    "reserved": "heap held",
-    "peak": "peak heap (sampled)",
-    "driver": "RSS",
-}
-_CUDA_LABELS = {
-    "allocated": "allocated",
-    "reserved": "reserved",
-    "peak": "peak allocated",
-    "driver": "NVML used",
-}
-_COMMON_LABELS = {"scale": "grad scale", "tokens": "tokens/s", "step_ms": "step time",
-                  "loss": "loss"}
-
-
-_SHORT_LABELS = {
-    "cpu": {"allocated": "heap used", "reserved": "heap held", "peak": "peak (s)",
-            "driver": "RSS"},
-    "cuda": {"allocated": "alloc", "reserved": "reserved", "peak": "peak", "driver": "NVML"},
-    "common": {"scale": "scale", "tokens": "tok/s", "step_ms": "step", "loss": "loss"},
-}
-
-
-def pane_labels(device_type: str, short: bool = False) -> dict[str, str]:
-    """Pane id -> label; CPU counters are named for what glibc and /proc report.
-
-    Short labels fit a 20-column pane at 80×24 ("(s)" = sampled, explained in the help).
-    """
-    if short:
-        labels = dict(_SHORT_LABELS["cuda" if device_type == "cuda" else "cpu"])
-        labels.update(_SHORT_LABELS["common"])
-        return labels
-    labels = dict(_CUDA_LABELS if device_type == "cuda" else _CPU_LABELS)
-    labels.update(_COMMON_LABELS)
-    return labels
-
-
-def throughput(sample: Any) -> float | None:
-    """tokens/s when the loop counts tokens, else samples/s, else steps/s."""
-    if sample.tokens_per_s is not None:
-        return sample.tokens_per_s
-    if getattr(sample, "samples_per_s", None) is not None:
-        return sample.samples_per_s
-    return 1000.0 / sample.step_ms if sample.step_ms else None
-
-
-def throughput_label(sample: Any) -> str:
-    """The throughput pane's label for what :func:`throughput` shows."""
-    if sample.tokens_per_s is not None:
-        return _COMMON_LABELS["tokens"]
-    return "samples/s" if getattr(sample, "samples_per_s", None) is not None else "steps/s"
-
-
-def sample_values(sample: Any) -> dict[str, float | None]:
-    """The value each pane shows for one StepSample (None -> n/a)."""
-    return {
-        "allocated": sample.allocated_bytes,
-        "reserved": sample.reserved_bytes,
-        "peak": sample.peak_allocated_bytes,
-        "driver": sample.driver_used_bytes,
-        "scale": sample.scale,
-        "tokens": throughput(sample),
-        "step_ms": sample.step_ms,
-        "loss": _finite_or_none(sample.loss),
-    }
-
-
-def cuda_notes(sample: Any) -> dict[str, str | None]:
-    """The CUDA-only figures under the reserved and driver panes (None on CPU): the cache's free
-    bytes with cudaMalloc retries, and NVML − reserved (context and libraries, probes/cudamem)."""
-    if not str(getattr(sample, "device", "")).startswith("cuda"):
-        return {"reserved": None, "driver": None}
-    alloc, resv = sample.allocated_bytes, sample.reserved_bytes
-    cache = None
-    if alloc is not None and resv is not None:
-        retries = getattr(sample, "alloc_retries", None)
-        cache = f"cache free {format_bytes(max(0, resv - alloc))}" + (
-            f", {retries} malloc retries" if retries else "")
-    driver = None
-    if sample.driver_used_bytes is not None and resv is not None:
-        driver = f"ctx+libs {format_bytes(sample.driver_used_bytes - resv)} (NVML − reserved)"
-    return {"reserved": cache, "driver": driver}
-
-
-def _finite_or_none(x: float | None) -> float | None:
-    if x is None or not math.isfinite(x):
-        return None
-    return x
 
 
 def format_value(kind: str, value: float | None) -> str:

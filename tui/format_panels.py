@@ -1,6 +1,6 @@
 """Text for the panels under the panes: leak alerts, the top-ops table, the ledger, the chart.
 
-Pure functions, like tui/format.py (which holds the pane, header and status-line text).
+Pure functions, like tui/format.py (the pane, header and status-line text) and tui/panes.py.
 """
 
 from __future__ import annotations
@@ -8,7 +8,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from probes.tools.units import format_bytes, format_duration, format_steps, format_us
+from probes.tools.units import (
+    format_bytes,
+    format_duration,
+    format_ms,
+    format_rate,
+    format_steps,
+    format_us,
+)
+from tui.format import fit
 
 # ---- leak alerts ----------------------------------------------------------------------------
 
@@ -17,17 +25,6 @@ COUNTER_LABELS = {
     "host_heap": "host heap in use (mallinfo2)",
     "host_rss": "host RSS",
 }
-
-
-def counter_pane(counter: str, device_type: str) -> str | None:
-    """Which pane shows the counter that grew (None when no pane shows it)."""
-    if counter == "device_allocated":
-        return "allocated"
-    if device_type != "cuda":
-        return {"host_heap": "allocated", "host_rss": "driver"}.get(counter)
-    return None
-
-
 _COUNTER_SHORT = {"device_allocated": "device allocated", "host_heap": "host heap",
                   "host_rss": "host RSS"}
 
@@ -206,9 +203,6 @@ def baseline_text(name: str, base: dict[str, Any], now: dict[str, Any],
     """'vs baseline NAME: tok/s 4.3k (+27%) │ step p50 14.8 ms (-22%) │ peak 112 MiB (-1%)'.
 
     Before the first measured step the baseline's own figures are shown instead."""
-    from probes.tools.units import format_ms, format_rate
-    from tui.format import fit
-
     fmt = {"tokens_per_s": ("tok/s", format_rate), "step_ms": ("step p50", format_ms),
            "peak_allocated_bytes": ("peak", format_bytes)}
     parts = []

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import os
 import signal
 import sys
 import threading
@@ -15,6 +13,8 @@ from probes.control.requests import RunControl
 from probes.records import Event, Record, StepSample
 from probes.tools.units import format_bytes, format_rate
 from trainer.config import TrainConfig
+from tui.output import quiet_stdout
+from tui.panes import throughput, throughput_label
 
 EXIT_SIGINT = 130
 EXIT_SIGTERM = 143
@@ -32,12 +32,9 @@ def format_step_line(s: StepSample) -> str:
 
 
 def throughput_text(s: StepSample) -> str:
-    """tokens/s when the loop counts tokens, else samples/s, else steps/s."""
-    if s.tokens_per_s is not None:
-        return f"{format_rate(s.tokens_per_s)} tok/s"
-    if s.samples_per_s is not None:
-        return f"{format_rate(s.samples_per_s)} samples/s"
-    return f"{format_rate(1000.0 / s.step_ms if s.step_ms else None)} steps/s"
+    """What the throughput pane shows (tui/panes.py): tokens/s when the loop counts tokens,
+    else samples/s, else steps/s."""
+    return f"{format_rate(throughput(s))} {throughput_label(s, short=True)}"
 
 
 def format_event_line(e: Event) -> str:
@@ -106,15 +103,8 @@ def drive(runner: Any, control: RunControl, run_dir: Path, out: TextIO) -> int:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     if runner.sink_errors:  # e.g. `| head`: the reader went away, the run carried on
-        _quiet_stdout()
+        quiet_stdout()
     if received:
         return EXIT_SIGINT if received[0] == signal.SIGINT else EXIT_SIGTERM
     return 1 if runner.exit_code is None else runner.exit_code
 
-
-def _quiet_stdout() -> None:
-    """After a closed pipe, send stdout to /dev/null so the exit flush prints no traceback."""
-    with contextlib.suppress(OSError, ValueError):
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)

@@ -22,6 +22,12 @@ def say_all(text: str) -> None:
         sys.stdout.write(text)
         sys.stdout.flush()
     except BrokenPipeError:
-        devnull = os.open(os.devnull, os.O_WRONLY)  # so the exit flush prints no traceback
+        quiet_stdout()
+
+
+def quiet_stdout() -> None:
+    """After a closed pipe, send stdout to /dev/null so the exit flush prints no traceback."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)

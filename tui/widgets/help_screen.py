@@ -1,4 +1,5 @@
-"""The `?` screen: what each counter means, and the tutorial's warnings about reading them.
+"""The `?` screen: the keys, what each pane's counter means (from the pane table, tui/panes.py),
+and the tutorial's warnings about reading them.
 
 Opening it must not stall the UI thread (benchmarks/RESULTS.md: layout and compositing of the old
 screen cost 25-35 ms a frame, up to 450 ms under load): the screen is opaque, so the dashboard below
@@ -16,6 +17,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from probes.records import HINTS
+from tui.panes import PANES
 
 KEYS = (
     ("p", "profiler window (wait, warmup, active steps), then the top-ops table; "
@@ -44,53 +46,30 @@ def help_markup(device_type: str, counters: str | None) -> str:
     paragraphs = ["[b]Keys[/b]\n" + keys_markup()]
     if counters:
         paragraphs.append("counters read from: " + escape(counters))
-    paragraphs += CUDA_COUNTERS if device_type == "cuda" else CPU_COUNTERS
-    paragraphs += COMMON
+    paragraphs += counter_paragraphs(device_type)
+    paragraphs += WARNINGS
     paragraphs.append(hints_text(device_type))
     return "\n\n".join(paragraphs)
 
 
+def counter_paragraphs(device_type: str) -> list[str]:
+    """What each pane's counter is on this device and when it is read (tui/panes.py), each
+    named by its label and, where it differs, the short label a narrow terminal shows."""
+    paragraphs = [CPU_INTRO] if device_type != "cuda" else []
+    for spec in PANES:
+        on = spec.on(device_type)
+        short = f" ({escape(on.short)})" if on.short != on.label else ""
+        paragraphs.append(f"[b]{escape(on.label)}[/b]{short}: {on.help}")
+        if on.note_help:
+            paragraphs.append(on.note_help)
+    return paragraphs
+
+
 # One entry per paragraph: Textual wraps them to the terminal's width.
-CUDA_COUNTERS = (
-    "[b]allocated[/b]: bytes held by live tensors (torch.cuda.memory_allocated). This is what "
-    "your code controls: it must come back to the same level after every step, or something "
-    "leaks.",
-    "[b]reserved[/b]: bytes the caching allocator holds from the driver (memory_reserved), "
-    "always ≥ allocated. Freed tensors return their blocks to this cache, not to the driver, so "
-    "reserved stays high after a peak: that is reuse, not a leak.",
-    "[b]peak allocated[/b]: the allocator's high-water mark, reset at the start of every step "
-    "(that step's peak is what an OOM runs into; --max-memory watches it and reserved); the "
-    "pane shows the largest step peak since warmup, the mark that decides whether a bigger "
-    "batch fits. All three come from one memory_stats read per step.",
-    "[b]NVML used[/b]: what the driver says this process uses, the number nvidia-smi shows: "
-    "reserved plus the CUDA context and library workspaces (cuBLAS, cuDNN). Read every 0.5 s on "
-    "its own thread (each step shows the latest reading); n/a when NVML is missing or cannot "
-    "be matched to this CUDA device by UUID (memtop never guesses by index).",
-    "[b]NVML used − reserved[/b]: memory outside PyTorch's cache: the CUDA context (a few "
-    "hundred MiB), cuBLAS/cuDNN workspaces, NCCL buffers, other libraries' allocations.",
-    "[b]reserved − allocated[/b]: the cache's free blocks. Large against allocated, or with "
-    "cudaMalloc retries, it is fragmentation; PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
-    "lets segments grow in place instead.",
-)
+CPU_INTRO = ("On CPU there is no caching allocator: memtop reads glibc's heap counters "
+             "(mallinfo2, all threads' arenas) in place of allocated/reserved.")
 
-CPU_COUNTERS = (
-    "On CPU there is no caching allocator: memtop reads glibc's heap counters (mallinfo2, all "
-    "threads' arenas) in place of allocated/reserved.",
-    "[b]heap in use[/b] (heap used): bytes malloc has handed out and not taken back (uordblks + "
-    "hblkhd), the closest thing to allocated. It must come back to the same level after every "
-    "step.",
-    "[b]heap held[/b]: bytes malloc holds from the OS (arena + hblkhd), ≥ heap in use. Freed "
-    "memory stays here for reuse, like CUDA's reserved.",
-    "[b]peak heap (sampled)[/b] (peak (s)): the largest heap-in-use value memtop saw, at the end "
-    "of each step and once after the forward pass, since the reset after warmup. A sampled "
-    "peak can miss a spike between two samples; CUDA keeps a true high-water mark, CPU does "
-    "not.",
-    "[b]RSS[/b]: resident pages of the whole process (/proc/self/statm): the heap plus code, "
-    "libraries, thread stacks and pages malloc has not given back. The CPU stand-in for "
-    "nvidia-smi's driver-level number.",
-)
-
-COMMON = (
+WARNINGS = (
     "[b]Why nvidia-smi differs[/b]: it shows the driver's view (the reserved cache, the CUDA "
     "context, library workspaces), not live tensors. Deleting a tensor lowers allocated; "
     "nvidia-smi does not move.",
@@ -98,10 +77,6 @@ COMMON = (
     "Memory held by live tensors (a kept loss with its graph, a list of outputs) stays, and "
     "calling it often makes later allocations slower. Fix the reference that keeps the tensors "
     "alive instead.",
-    "[b]grad scale[/b]: the GradScaler's loss scale (fp16). It halves, and the step is "
-    "skipped, when gradients overflow; \"no scaler\" for bf16 and fp32, which need none.",
-    "[b]tokens/s, step time[/b]: B×T divided by the wall time of the whole step (data to "
-    "optimizer update).",
     "[b]leak alert[/b]: the detector watches end-of-step memory after warmup; a sustained rise "
     "raises the banner and marks the pane that grew. Usual causes: losses.append(loss) (log "
     "loss.item() instead), outputs kept on the device (move them off with .cpu() or drop them).",

@@ -1,0 +1,138 @@
+"""How each kind of event shows on the dashboard: one handler per kind in LIVE_EVENTS, and for
+every other kind that is loud in probes/records/events.py a toast of the kind's own summary.
+
+A new kind needs nothing here unless it shows as more than that toast. A run's past, replayed
+when the dashboard opens (tui/app.py _load_history), gets no default toasts: they would say
+"just now" of something long gone.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+from probes import records as R
+from probes.records import Event
+from tui.panes import counter_pane
+
+TOAST_S = 5.0  # how long a default toast stays
+
+
+class LiveEvents:
+    """Mixed into MemtopApp (tui/app.py); uses its widgets and the request flags the keys set
+    (tui/app_actions.py)."""
+
+    replaying = False  # True while the run's past is taken in
+
+    def show_event(self: Any, event: Event) -> None:
+        """One Event from the run, to the widget that shows it."""
+        handler = LIVE_EVENTS.get(event.event)
+        if handler is not None:
+            handler(self, event)
+        elif event.kind is not None and event.kind.loud and not self.replaying:
+            self.notify(event.summary(), title=event.event.replace("_", " "), timeout=TOAST_S)
+
+    def _run_started(self: Any, event: Event) -> None:
+        device = str(event.data.get("device") or "cpu")
+        self.relabel("cuda" if device.startswith("cuda") else "cpu")
+        self.update_notes()  # the scale and loss panes say why they show none
+        if event.data.get("mode") == "infer":
+            self.ledger.set_placeholder("inference: no training ledger; the KV cache pane "
+                                        "and the admission line above are its ledger")
+
+    def _admission(self: Any, event: Event) -> None:
+        if self.admission is not None:
+            self.admission.show(event.data)
+
+    def _leak_suspected(self: Any, event: Event) -> None:
+        counter = str(event.data.get("counter"))
+        self.leak_banner.suspected(event.step, event.data)
+        pane = counter_pane(counter, self.device_type)
+        if pane is not None:
+            self._alert_panes[counter] = pane
+            self.panes[pane].set_class(True, "-alert")
+
+    def _leak_cleared(self: Any, event: Event) -> None:
+        self.leak_banner.cleared(event.step, event.data)
+        pane = self._alert_panes.pop(str(event.data.get("counter")), None)
+        if pane is not None and pane not in self._alert_panes.values():
+            self.panes[pane].set_class(False, "-alert")
+
+    def _profile_started(self: Any, event: Event) -> None:
+        self._profile_requested = False
+
+    def _profile_cancelled(self: Any, event: Event) -> None:
+        self._profile_requested = False
+        self.ops_table.set_note("profiler window cancelled; press p to open a new one")
+        self.notify(f"profiler window cancelled: {event.data.get('reason', '')}", timeout=3)
+
+    def _profile_done(self: Any, event: Event) -> None:
+        self._profile_requested = False
+        self.ops_table.show_window(event.step, event.data)
+        if self.size.width < 100:  # narrow: the table takes the chart's place
+            self.set_view("ops")
+        self.notify(f"top ops ready (step {event.step}); o changes the sort", timeout=4)
+
+    def _ledger(self: Any, event: Event) -> None:
+        self.ledger.show_ledger(event.data)
+
+    def _leak_demo_started(self: Any, event: Event) -> None:
+        self._leak_toggling = False
+
+    def _leak_demo_stopped(self: Any, event: Event) -> None:
+        self._leak_toggling = False
+        released = event.data.get("released_tensors", "?")
+        self.notify(f"leak demo stopped: released {released} tensors", timeout=4)
+
+    def _paused_or_resumed(self: Any, event: Event) -> None:
+        self._pause_pending = None
+
+    def _error(self: Any, event: Event) -> None:
+        d = event.data
+        self.error_banner.show_message(
+            f"{self._what} FAILED at step {event.step}: {d.get('error_type', 'Error')}: "
+            f"{d.get('message', '')}\nthe last samples stay on screen; the traceback is in "
+            f"{self.run_dir / 'metrics.jsonl'}; q quits")
+
+    def _memory_snapshot(self: Any, event: Event) -> None:
+        self.notify(f"memory snapshot: {event.summary()}", timeout=6,
+                    severity="error" if event.data.get("error") else "information")
+
+    def _hint(self: Any, event: Event) -> None:
+        """Each kind once a run (probes/instruments/hints.py): a long toast."""
+        self.notify(f"{event.data.get('title')}: {event.data.get('why')}", title="hint",
+                    timeout=10)
+
+    def _memory_guard(self: Any, event: Event) -> None:
+        self.error_banner.show_message(
+            f"memory guard stopped the run at step {event.step}: {event.data.get('counter')} "
+            "would pass the --max-memory limit", warning=True)
+
+    def _control(self: Any, event: Event) -> None:
+        """A request another process sent (a viewer, the launcher); this dashboard's own keys
+        show where they act already."""
+        source = event.data.get("source")
+        if not self.replaying and source not in ("keyboard", f"viewer pid {os.getpid()}"):
+            self.notify(event.summary(), title="control", timeout=TOAST_S)
+
+
+LIVE_EVENTS: dict[str, Callable[[Any, Event], None]] = {
+    R.RUN_STARTED: LiveEvents._run_started,
+    R.ADMISSION: LiveEvents._admission,
+    R.LEAK_SUSPECTED: LiveEvents._leak_suspected,
+    R.LEAK_CLEARED: LiveEvents._leak_cleared,
+    R.PROFILE_STARTED: LiveEvents._profile_started,
+    R.PROFILE_CANCELLED: LiveEvents._profile_cancelled,
+    R.PROFILE_DONE: LiveEvents._profile_done,
+    R.LEDGER: LiveEvents._ledger,
+    R.LEAK_DEMO_STARTED: LiveEvents._leak_demo_started,
+    R.LEAK_DEMO_STOPPED: LiveEvents._leak_demo_stopped,
+    R.PAUSED: LiveEvents._paused_or_resumed,
+    R.RESUMED: LiveEvents._paused_or_resumed,
+    R.ERROR: LiveEvents._error,
+    R.MEMORY_SNAPSHOT: LiveEvents._memory_snapshot,
+    R.HINT: LiveEvents._hint,
+    R.MEMORY_GUARD: LiveEvents._memory_guard,
+    R.CONTROL: LiveEvents._control,
+}

@@ -1,0 +1,251 @@
+"""The dashboard's panes, each declared once: what it shows from a StepSample, its labels and
+help on each device kind, the note under its value, the leak counters it stands for.
+
+The pane grid (tui/app.py), the labels, the values pushed each refresh and the counter section
+of the help screen (tui/widgets/help_screen.py) are all made from PANES, so a new counter shown
+in a pane touches its probe, the schema (probes/records/step.py), this table and a test.
+Kept free of Textual and torch, like tui/format.py.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from probes.records import StepSample
+from probes.tools.units import format_bytes
+
+PANE_ROWS = 2  # rows of the pane grid: 80×24 has room for two 3-line rows above the chart
+
+
+@dataclass(frozen=True)
+class OnDevice:
+    """What a pane says on one device kind ("cpu" or "cuda")."""
+
+    label: str  # where the pane has room
+    short: str  # in a 20-column pane at 80×24 (≤ 9 characters, beside a value)
+    help: str  # what the counter is there, and at which moment of the step it is read
+    note_help: str = ""  # a help paragraph for the note under the value, when it has one
+    watches: tuple[str, ...] = ()  # leak-detector counters (probes/instruments/leak.py) it shows
+
+
+@dataclass(frozen=True)
+class PaneSpec:
+    """One pane: its id (``#pane-<id>``), the kind of value (tui/format.py format_value), what
+    it says on each device, and how its value is read from a StepSample."""
+
+    id: str
+    kind: str  # "bytes" | "rate" | "ms" | "scale" | "loss"
+    cpu: OnDevice
+    cuda: OnDevice
+    value: Callable[[StepSample], float | None]  # None is shown as n/a
+    # the line in place of min/max (None keeps min/max), from the newest sample (None before
+    # the first) and the run_started row's data
+    note: Callable[[StepSample | None, Mapping[str, Any]], str | None] | None = None
+    # a label the sample decides (both labels), in place of the device's
+    sample_label: Callable[[StepSample], str] | None = None
+
+    def on(self, device_type: str) -> OnDevice:
+        return self.cuda if device_type == "cuda" else self.cpu
+
+
+# ---- how values and notes are read ------------------------------------------------------------
+def throughput(sample: StepSample) -> float | None:
+    """tokens/s when the loop counts tokens, else samples/s, else steps/s."""
+    if sample.tokens_per_s is not None:
+        return sample.tokens_per_s
+    if sample.samples_per_s is not None:
+        return sample.samples_per_s
+    return 1000.0 / sample.step_ms if sample.step_ms else None
+
+
+def throughput_label(sample: StepSample, short: bool = False) -> str:
+    """The throughput pane's label for what :func:`throughput` shows (``short``: the unit as
+    headless lines write it, tui/headless.py)."""
+    if sample.tokens_per_s is not None:
+        return "tok/s" if short else "tokens/s"
+    return "samples/s" if sample.samples_per_s is not None else "steps/s"
+
+
+def _finite_or_none(x: float | None) -> float | None:
+    if x is None or not math.isfinite(x):
+        return None
+    return x
+
+
+def _is_cuda(sample: StepSample | None) -> bool:
+    return sample is not None and str(sample.device).startswith("cuda")
+
+
+def cache_free_note(sample: StepSample | None, started: Mapping[str, Any]) -> str | None:
+    """CUDA, under reserved: the cache's free bytes, with cudaMalloc retries."""
+    if sample is None or not _is_cuda(sample):
+        return None
+    alloc, resv = sample.allocated_bytes, sample.reserved_bytes
+    if alloc is None or resv is None:
+        return None
+    retries = sample.alloc_retries
+    return f"cache free {format_bytes(max(0, resv - alloc))}" + (
+        f", {retries} malloc retries" if retries else "")
+
+
+def outside_cache_note(sample: StepSample | None, started: Mapping[str, Any]) -> str | None:
+    """CUDA, under NVML used: NVML − reserved (context and libraries, probes/counters/cudamem)."""
+    if sample is None or not _is_cuda(sample):
+        return None
+    resv = sample.reserved_bytes
+    if sample.driver_used_bytes is None or resv is None:
+        return None
+    return f"ctx+libs {format_bytes(sample.driver_used_bytes - resv)} (NVML − reserved)"
+
+
+def _scale_note(sample: StepSample | None, started: Mapping[str, Any]) -> str | None:
+    """Skipped steps while a scaler runs; else why there is none."""
+    if sample is not None and sample.scale is not None:
+        return f"skipped steps {sample.skipped_steps}"
+    if started.get("mode") == "infer":
+        return "none: inference"
+    amp = str(started.get("amp") or "")
+    return f"not needed ({amp})" if amp and amp not in ("fp16", "auto") else None
+
+
+def _loss_note(sample: StepSample | None, started: Mapping[str, Any]) -> str | None:
+    return "none: inference" if started.get("mode") == "infer" else None
+
+
+def _both(label: str, short: str, help: str) -> dict[str, OnDevice]:
+    """A pane that says the same on CPU and CUDA."""
+    same = OnDevice(label, short, help)
+    return {"cpu": same, "cuda": same}
+
+
+# ---- the table, in display order --------------------------------------------------------------
+PANES: tuple[PaneSpec, ...] = (
+    PaneSpec(
+        "allocated", "bytes",
+        cpu=OnDevice(
+            "heap in use", "heap used",
+            "bytes malloc has handed out and not taken back (uordblks + hblkhd), the closest "
+            "thing to allocated, read at the end of every step. It must come back to the same "
+            "level after every step.",
+            watches=("device_allocated", "host_heap")),
+        cuda=OnDevice(
+            "allocated", "alloc",
+            "bytes held by live tensors (torch.cuda.memory_allocated), read at the end of every "
+            "step, after the optimizer update. This is what your code controls: it must come "
+            "back to the same level after every step, or something leaks.",
+            watches=("device_allocated",)),
+        value=lambda s: s.allocated_bytes),
+    PaneSpec(
+        "reserved", "bytes",
+        cpu=OnDevice(
+            "heap held", "heap held",
+            "bytes malloc holds from the OS (arena + hblkhd), read with heap in use, ≥ heap in "
+            "use. Freed memory stays here for reuse, like CUDA's reserved."),
+        cuda=OnDevice(
+            "reserved", "reserved",
+            "bytes the caching allocator holds from the driver (memory_reserved), read with "
+            "allocated, always ≥ allocated. Freed tensors return their blocks to this cache, "
+            "not to the driver, so reserved stays high after a peak: that is reuse, not a leak.",
+            note_help="[b]reserved − allocated[/b] (\"cache free\" under reserved): the cache's "
+            "free blocks. Large against allocated, or with cudaMalloc retries, it is "
+            "fragmentation; PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True lets segments "
+            "grow in place instead."),
+        value=lambda s: s.reserved_bytes, note=cache_free_note),
+    PaneSpec(
+        "peak", "bytes",
+        cpu=OnDevice(
+            "peak heap (sampled)", "peak (s)",
+            "the largest heap-in-use value memtop saw, at the end of each step and after each "
+            "forward pass, since the reset after warmup. A sampled peak can miss a spike "
+            "between two samples; CUDA keeps a true high-water mark, CPU does not."),
+        cuda=OnDevice(
+            "peak allocated", "peak",
+            "the allocator's high-water mark, reset at the start of every step and read at its "
+            "end (that step's peak is what an OOM runs into; --max-memory watches it and "
+            "reserved); the pane shows the largest step peak since warmup, the mark that "
+            "decides whether a bigger batch fits. All three come from one memory_stats read "
+            "per step."),
+        value=lambda s: s.peak_allocated_bytes),
+    PaneSpec(
+        "driver", "bytes",
+        cpu=OnDevice(
+            "RSS", "RSS",
+            "resident pages of the whole process (/proc/self/statm), read at the end of every "
+            "step: the heap plus code, libraries, thread stacks and pages malloc has not given "
+            "back. The CPU stand-in for nvidia-smi's driver-level number.",
+            watches=("host_rss",)),
+        cuda=OnDevice(
+            "NVML used", "NVML",
+            "what the driver says this process uses, the number nvidia-smi shows: reserved "
+            "plus the CUDA context and library workspaces (cuBLAS, cuDNN). Read every 0.5 s on "
+            "its own thread (each step shows the latest reading); n/a when NVML is missing or "
+            "cannot be matched to this CUDA device by UUID (memtop never guesses by index).",
+            note_help="[b]NVML used − reserved[/b] (\"ctx+libs\" under NVML used): memory "
+            "outside PyTorch's cache: the CUDA context (a few hundred MiB), cuBLAS/cuDNN "
+            "workspaces, NCCL buffers, other libraries' allocations."),
+        value=lambda s: s.driver_used_bytes, note=outside_cache_note),
+    PaneSpec(
+        "scale", "scale",
+        **_both("grad scale", "scale",
+                "the GradScaler's loss scale (fp16), read when the step ends, with the loss. It "
+                "halves, and the step is skipped, when gradients overflow (the count is under "
+                "it); \"no scaler\" for bf16 and fp32, which need none."),
+        value=lambda s: s.scale, note=_scale_note),
+    PaneSpec(
+        "tokens", "rate",
+        **_both("tokens/s", "tok/s",
+                "B×T divided by the wall time of the whole step (data to optimizer update), "
+                "timed when the step ends. A loop that counts samples instead shows samples/s, "
+                "one that counts neither steps/s."),
+        value=throughput, sample_label=throughput_label),
+    PaneSpec(
+        "step_ms", "ms",
+        **_both("step time", "step",
+                "the wall time of the whole step (data to optimizer update), from its start to "
+                "its end."),
+        value=lambda s: s.step_ms),
+    PaneSpec(
+        "loss", "loss",
+        **_both("loss", "loss",
+                "the loss the loop handed over, read when the step ends, in the same "
+                "device-to-host transfer as the gradient norm and the scale "
+                "(probes/monitor/stepvalues.py); n/a when it is not finite."),
+        value=lambda s: _finite_or_none(s.loss), note=_loss_note),
+)
+
+PANE_IDS: tuple[str, ...] = tuple(spec.id for spec in PANES)
+CHART_PANES = ("allocated", "reserved", "peak")  # the memory chart's series, named as these
+_BY_ID = {spec.id: spec for spec in PANES}
+
+
+def grid_size() -> tuple[int, int]:
+    """(columns, rows) of the pane grid: PANE_ROWS rows, as many columns as the panes need."""
+    return math.ceil(len(PANES) / PANE_ROWS), PANE_ROWS
+
+
+def pane_labels(device_type: str, short: bool = False) -> dict[str, str]:
+    """Pane id -> label; CPU counters are named for what glibc and /proc report.
+
+    Short labels fit a 20-column pane at 80×24 ("(s)" = sampled, explained in the help).
+    """
+    return {spec.id: spec.on(device_type).short if short else spec.on(device_type).label
+            for spec in PANES}
+
+
+def chart_labels(device_type: str) -> tuple[str, str, str]:
+    """The memory chart's series names: the labels of the panes it draws."""
+    a, b, c = (_BY_ID[pane_id].on(device_type).label for pane_id in CHART_PANES)
+    return a, b, c
+
+
+def sample_values(sample: StepSample) -> dict[str, float | None]:
+    """The value each pane shows for one StepSample (None -> n/a)."""
+    return {spec.id: spec.value(sample) for spec in PANES}
+
+
+def counter_pane(counter: str, device_type: str) -> str | None:
+    """Which pane shows the leak counter that grew (None when no pane shows it)."""
+    return next((spec.id for spec in PANES if counter in spec.on(device_type).watches), None)

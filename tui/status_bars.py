@@ -1,0 +1,87 @@
+"""The dashboard's one-line bars, assembled from the run's state at every refresh: the header
+(device, shape, step, clock, state), the status line (profiler, leak demo, how the run ended,
+where its folder is), the `--baseline` line, and the failure banner. Their text is built by the
+pure functions of tui/format.py; this mixin only gathers what they need from the app.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from probes.records import switches_text
+from tui.format import fit, header_text, leak_demo_text, profile_text, state_text
+from tui.format_panels import baseline_text
+
+
+class StatusBars:
+    """Mixed into MemtopApp (tui/app.py); uses its run state, source and key flags."""
+
+    def elapsed_s(self: Any) -> float:
+        trainer = self.trainer
+        if trainer is not None and trainer.alive and not self.run_state.finished:
+            return trainer.elapsed_s()
+        return self.last_sample.time_s if self.last_sample else self.run_state.time_s
+
+    def update_header(self: Any) -> None:
+        st = self.run_state
+        want_paused = self._pause_pending == "pause" or (
+            st.state == "paused" and self._pause_pending != "resume")
+        state = state_text(st.state, st.profile_phase, want_paused, self._quitting)
+        batch, seq = self.config.get("batch_size"), self.config.get("seq_len")
+        switches = None
+        if self.is_infer:
+            seq = (self.config.get("prompt_len") or 0) + (self.config.get("new_tokens") or 0)
+            switches = switches_text((st.started or {}).get("switches"), short=True)
+        text = header_text(
+            device_name=st.device_name, device_total=st.device_total_bytes, switches=switches,
+            amp=st.amp or "…", batch=batch, seq=seq, params=st.params or None, step=st.step,
+            elapsed_s=self.elapsed_s(), state=state,
+            width=self.header_bar.size.width or self.size.width or 80)
+        self.header_bar.show(text, state)
+
+    def update_status(self: Any) -> None:
+        st = self.run_state
+        parts = [
+            profile_text(st.profile_phase, self._profile_requested, self.can("profile")),
+            leak_demo_text(st.leak_kind or self.config.get("leak"), st.leak_active,
+                           st.leak_since, self._leak_toggling, self.can("leak_start")),
+        ]
+        if st.finished or st.state == "failed":
+            reason = st.error or st.stop_reason or "?"
+            word = "failed" if st.state == "failed" else "finished"
+            parts.append(f"{word} at step {st.step}: {reason}"
+                         if word == "failed" else f"{word} at step {st.step} ({reason})")
+        elif self._quitting:
+            parts.append("stopping: waiting for the step to end…")
+        note = self.source.note
+        if note:
+            parts.append(note)
+        if self.ranks_mode:
+            parts.append(f"{len(self.rank_table.rows)} ranks")
+        if not self.source.in_process and self.ending is None:
+            parts.append("viewing" + ("" if self.source.live else " (not live)"))
+        parts.append(f"run {self.run_dir}")
+        width = self.status_line.size.width or self.size.width or 80
+        self.status_line.show(fit(" " + " │ ".join(parts), width))
+
+    def update_baseline(self: Any) -> None:
+        """The `--baseline RUN` line (tutorial exercise 8), when the run names one."""
+        watch = self.baseline
+        if watch is None:
+            return
+        if watch.base is None:
+            self.baseline_bar.show(f"{watch.error}")
+            return
+        now, change = watch.now()
+        width = (self.baseline_bar.size.width or self.size.width or 80) - 2
+        self.baseline_bar.show(baseline_text(watch.name, watch.base, now, change, width))
+
+    def _check_failed(self: Any) -> None:
+        self._show_rank_failure()
+        st = self.run_state
+        if st.state == "failed" and not self.error_banner.shown:
+            self.error_banner.show_message(f"{self._what} FAILED at step {st.step}: {st.error}\n"
+                                           "the last samples stay on screen; q quits")
+        build_error = getattr(self.trainer, "build_error", None)
+        if build_error and not self.error_banner.shown:
+            self.error_banner.show_message(f"the trainer could not start: {build_error}\nq quits")
