@@ -54,6 +54,14 @@ class RecordedNvml:
         _, total, used = DEVICES[handle]
         return SimpleNamespace(total=total, used=used, free=total - used)
 
+    def nvmlDeviceGetUtilizationRates(self, handle):
+        """nvmlUtilization_t's shape (percentages); the values are the test's, not recorded.
+        MIG instances answer Not Supported, as NVML documents for utilisation on MIG."""
+        self._maybe_fail("util")
+        if handle.startswith("MIG-"):
+            raise RuntimeError("Not Supported")
+        return SimpleNamespace(gpu=87, memory=41)
+
     def nvmlDeviceGetComputeRunningProcesses_v3(self, handle):
         self._maybe_fail("v3")
         return [SimpleNamespace(pid=self.pid, usedGpuMemory=DEVICES[handle][2] - 6 * MiB),
@@ -142,3 +150,31 @@ def test_poller_gives_up_after_repeated_total_failures():
     readings = [poller.read_once() for _ in range(6)]
     assert all(r is not None for r in readings[:4]) and readings[4] is None
     assert not poller.available and nv.shutdowns == 1
+
+
+def test_gpu_utilisation_reaches_the_step_row_and_the_step_time_pane():
+    """A new NVML counter end to end (docs/ARCHITECTURE.md, "Where a change goes"): read by the
+    poller, named for the step row, kept through metrics.jsonl, shown under step time."""
+    import os
+
+    from probes.records import StepSample
+    from tui.panes import gpu_busy_note
+
+    poller = NvmlPoller(None, uuid=GPU0, nvml=RecordedNvml(os.getpid()))
+    reading = poller.read_once()
+    assert reading.gpu_util_pct == 87.0
+    row = StepSample(step=1, time_s=0.1, loss=None, tokens_per_s=None, step_ms=5.0,
+                     allocated_bytes=1, reserved_bytes=2, peak_allocated_bytes=1,
+                     driver_used_bytes=reading.driver_bytes, host_rss_bytes=3, scale=None,
+                     skipped_steps=0, amp="bf16", device="cuda:0", **reading.step_fields())
+    again = StepSample.from_json(row.to_json())
+    assert again.gpu_util_pct == 87.0
+    assert gpu_busy_note(again, {}) == "GPU busy 87%"
+    poller.stop()
+
+    mig = NvmlPoller(None, uuid=MIG1[4:], nvml=RecordedNvml(os.getpid()))
+    reading = mig.read_once()  # utilisation refused; memory still read
+    assert reading.gpu_util_pct is None and reading.device_used_bytes == 1310 * MiB
+    assert gpu_busy_note(StepSample.from_json({**row.to_json(), **reading.step_fields()}),
+                         {}) is None  # the pane keeps its min/max line
+    mig.stop()

@@ -101,6 +101,13 @@ def outside_cache_note(sample: StepSample | None, started: Mapping[str, Any]) ->
     return f"ctx+libs {format_bytes(sample.driver_used_bytes - resv)} (NVML − reserved)"
 
 
+def gpu_busy_note(sample: StepSample | None, started: Mapping[str, Any]) -> str | None:
+    """CUDA, under step time: how busy NVML saw the GPU at its latest poll."""
+    if sample is None or sample.gpu_util_pct is None:
+        return None
+    return f"GPU busy {sample.gpu_util_pct:.0f}%"
+
+
 def _scale_note(sample: StepSample | None, started: Mapping[str, Any]) -> str | None:
     """Skipped steps while a scaler runs; else why there is none."""
     if sample is not None and sample.scale is not None:
@@ -203,10 +210,17 @@ PANES: tuple[PaneSpec, ...] = (
         value=throughput, sample_label=throughput_label),
     PaneSpec(
         "step_ms", "ms",
-        **_both("step time", "step",
-                "the wall time of the whole step (data to optimizer update), from its start to "
-                "its end."),
-        value=lambda s: s.step_ms),
+        cpu=OnDevice("step time", "step",
+                     "the wall time of the whole step (data to optimizer update), from its start "
+                     "to its end."),
+        cuda=OnDevice("step time", "step",
+                      "the wall time of the whole step (data to optimizer update), from its "
+                      "start to its end.",
+                      note_help="GPU busy: NVML's utilisation at its latest poll (every 0.5 s, "
+                                "off the step path): the share of the last sample period in "
+                                "which a kernel ran, not how much of the GPU it used; n/a on "
+                                "MIG slices, which do not report it."),
+        value=lambda s: s.step_ms, note=gpu_busy_note),
     PaneSpec(
         "loss", "loss",
         **_both("loss", "loss",

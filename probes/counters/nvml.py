@@ -31,6 +31,13 @@ class NvmlReading:
     device_used_bytes: int | None  # all processes plus the driver's own reservations
     device_total_bytes: int | None
     device_name: str | None
+    gpu_util_pct: float | None = None  # % of the last sample period in which a kernel ran
+
+    def step_fields(self) -> dict[str, float | int | None]:
+        """This poll's figures under their StepSample field names: the step row records the
+        latest poll (docs/ARCHITECTURE.md, "Where a change goes": a new NVML counter is read in
+        read_once, named here, declared in probes/records/step.py, shown in tui/panes.py)."""
+        return {"gpu_util_pct": self.gpu_util_pct}
 
     @property
     def driver_bytes(self) -> int | None:
@@ -204,6 +211,11 @@ class NvmlPoller:
             self.process_error = None
         except Exception as exc:  # old driver, vGPU, no permission: the device figure stays
             self.process_error = f"NVML process list failed: {exc}"
+        util = None
+        try:  # MIG slices and some vGPUs do not report utilisation: n/a, not an error
+            util = float(nv.nvmlDeviceGetUtilizationRates(self._handle).gpu)
+        except Exception:
+            pass
         if device_used is None and process_used is None:
             self._failed_reads += 1
             if self._failed_reads >= MAX_FAILED_READS:
@@ -211,7 +223,8 @@ class NvmlPoller:
                 return None
         else:
             self._failed_reads = 0
-        return NvmlReading(process_used, device_used, self._total, self._name)
+        return NvmlReading(process_used, device_used, self._total, self._name,
+                           gpu_util_pct=util)
 
     def _give_up(self) -> None:
         nv, self._nvml = self._nvml, None

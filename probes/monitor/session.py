@@ -155,9 +155,11 @@ class RunSession:
         ``step_s``); ``fields`` are the writer's own StepSample fields (grad_norm, profiling,
         phase ...)."""
         driver = reading.host_rss_bytes
+        polled: dict[str, Any] = {}
         if self.nvml is not None:
             latest = self.nvml.latest
             driver = latest.driver_bytes if latest is not None else None
+            polled = latest.step_fields() if latest is not None else {}
         return StepSample(
             step=step, time_s=self.recorder.elapsed_s(), loss=loss,
             tokens_per_s=tokens_in_step / step_s if tokens_in_step else None,
@@ -169,7 +171,7 @@ class RunSession:
             samples_per_s=samples_in_step / step_s if samples_in_step else None,
             rank=self.rank or 0,
             step_peak_allocated_bytes=reading.step_peak_allocated_bytes,
-            alloc_retries=reading.alloc_retries, ooms=reading.ooms, **fields)
+            alloc_retries=reading.alloc_retries, ooms=reading.ooms, **polled, **fields)
 
     def record_error(self, step: int, exc: BaseException) -> None:
         """The run's error row, with what explains it on CUDA (memory summary, snapshot)."""

@@ -43,6 +43,7 @@ class StepSample:
     step_peak_allocated_bytes: int | None = None  # this step's high-water mark (CPU: sampled)
     alloc_retries: int | None = None  # CUDA: cudaMalloc retried after a cache flush, so far
     ooms: int | None = None  # CUDA: out-of-memory errors the allocator raised, so far
+    gpu_util_pct: float | None = None  # CUDA: NVML utilisation, the latest poll (not per step)
     # inference steps only (`memtop infer`); left out of a training row's JSON
     phase: str | None = None  # one of PHASES: "prefill" (the prompt) or "decode" (one token)
     tokens: int | None = None  # tokens this step read (prefill: B × prompt) or made (decode: B)
