@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from textual.widgets import Static
+from tui.widgets.text_line import TextLine
 
 
-class BaselineBar(Static):
+class BaselineBar(TextLine):
     """Hidden unless the run names a baseline; redrawn only when its text changes."""
 
     DEFAULT_CSS = """
@@ -19,16 +19,10 @@ class BaselineBar(Static):
     """
 
     def __init__(self, *, id: str | None = None) -> None:
-        super().__init__("", id=id, markup=False)
-        self._text = ""
+        super().__init__("", id=id)
 
     def show(self, text: str) -> None:
         if not self.has_class("-shown"):
             self.add_class("-shown")
-        if text != self._text:
-            self._text = text
-            self.update(text, layout=False)
+        self.set_text(text)
 
-    @property
-    def text(self) -> str:
-        return self._text

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from textual.widgets import Static
+from tui.widgets.text_line import TextLine
 
 
-class ErrorBanner(Static):
+class ErrorBanner(TextLine):
+    RELAYOUT = True  # its height follows the text
     DEFAULT_CSS = """
     ErrorBanner {
         display: none;
@@ -22,19 +23,12 @@ class ErrorBanner(Static):
     """
 
     def __init__(self, *, id: str | None = None) -> None:
-        super().__init__("", id=id, markup=False)
-        self._text = ""
+        super().__init__("", id=id)
 
     def show_message(self, text: str, warning: bool = False) -> None:
         self.set_class(warning, "-warning")
         self.set_class(True, "-shown")
-        if text != self._text:
-            self._text = text
-            self.update(text)
-
-    @property
-    def text(self) -> str:
-        return self._text
+        self.set_text(text)
 
     @property
     def shown(self) -> bool:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from textual.widgets import Static
+from tui.widgets.text_line import TextLine
 
 
-class MemtopHeader(Static):
+class MemtopHeader(TextLine):
     """A fixed one-line label: updates skip the re-layout (docs/ARCHITECTURE.md)."""
 
     DEFAULT_CSS = """
@@ -23,8 +23,7 @@ class MemtopHeader(Static):
     """
 
     def __init__(self, *, id: str | None = None) -> None:
-        super().__init__("", id=id, markup=False)
-        self._text = ""
+        super().__init__("", id=id)
         self._state = ""
 
     def show(self, text: str, state: str) -> None:
@@ -34,10 +33,5 @@ class MemtopHeader(Static):
                 self.set_class(state == name or (name == "paused" and state == "pausing"),
                                f"-{name}")
             self._state = state
-        if text != self._text:
-            self._text = text
-            self.update(text, layout=False)
+        self.set_text(text)
 
-    @property
-    def text(self) -> str:
-        return self._text

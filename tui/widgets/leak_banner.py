@@ -5,14 +5,14 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from textual.widgets import Static
-
 from tui.format_panels import COUNTER_LABELS, leak_banner_text
+from tui.widgets.text_line import TextLine
 
 CLEARED_SHOW_S = 10.0  # how long "leak cleared" stays before the banner hides
 
 
-class LeakBanner(Static):
+class LeakBanner(TextLine):
+    RELAYOUT = True  # its height follows the text
     """Hidden until a ``leak_suspected`` event; shows every counter that is still growing."""
 
     DEFAULT_CSS = """
@@ -30,10 +30,9 @@ class LeakBanner(Static):
     """
 
     def __init__(self, *, id: str | None = None) -> None:
-        super().__init__("", id=id, markup=False)
+        super().__init__("", id=id)
         self.alerts: dict[str, dict[str, Any]] = {}
         self._cleared_at: float | None = None
-        self._text = ""
 
     def suspected(self, step: int, data: dict[str, Any]) -> None:
         counter = str(data.get("counter", "?"))
@@ -73,13 +72,7 @@ class LeakBanner(Static):
     def _show(self, text: str, cleared: bool) -> None:
         self.set_class(cleared, "-cleared")
         self.set_class(True, "-shown")
-        if text != self._text:
-            self._text = text
-            self.update(text)
-
-    @property
-    def text(self) -> str:
-        return self._text
+        self.set_text(text)
 
     @property
     def shown(self) -> bool:

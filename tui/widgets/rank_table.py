@@ -12,11 +12,10 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from textual.widgets import Static
-
 from probes.records import StepSample
 from probes.tools.units import NA, format_bytes, format_ms, format_rate
 from tui.format import fit
+from tui.widgets.text_line import TextLine
 
 RECENT_STEPS = 20  # step time per rank: median of the last steps (one step is noisy)
 COLUMNS = (("allocated", "alloc"), ("reserved", "resv"), ("peak", "peak"),
@@ -115,7 +114,7 @@ def rank_table_lines(rows: list[RankRow], width: int, height: int) -> list[str]:
     return (lines + keep + tail)[:max(height, 1)]
 
 
-class RankTable(Static):
+class RankTable(TextLine):
     """Fed every rank's samples and events by the app; redrawn on its timer when changed."""
 
     DEFAULT_CSS = """
@@ -129,10 +128,9 @@ class RankTable(Static):
     """
 
     def __init__(self, *, id: str | None = None) -> None:
-        super().__init__("ranks: waiting for the ranks' first steps…", id=id, markup=False)
+        super().__init__("ranks: waiting for the ranks' first steps…", id=id)
         self.rows: dict[int, RankRow] = {}
         self._dirty = False
-        self._text = ""
 
     def on_mount(self) -> None:
         self.border_title = "ranks (min / median / max across ranks)"
@@ -168,10 +166,5 @@ class RankTable(Static):
         width = max(20, self.content_size.width or 78)
         height = max(3, self.content_size.height or 12)
         text = "\n".join(rank_table_lines(list(self.rows.values()), width, height))
-        if text != self._text:
-            self._text = text
-            self.update(text, layout=False)
+        self.set_text(text)
 
-    @property
-    def text(self) -> str:
-        return self._text

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from textual.widgets import Static
+from tui.widgets.text_line import TextLine
 
 
-class StatusLine(Static):
+class StatusLine(TextLine):
     DEFAULT_CSS = """
     StatusLine {
         height: 1;
@@ -16,14 +16,8 @@ class StatusLine(Static):
     """
 
     def __init__(self, *, id: str | None = None) -> None:
-        super().__init__("", id=id, markup=False)
-        self._text = ""
+        super().__init__("", id=id)
 
     def show(self, text: str) -> None:
-        if text != self._text:
-            self._text = text
-            self.update(text, layout=False)
+        self.set_text(text)
 
-    @property
-    def text(self) -> str:
-        return self._text
