@@ -11,20 +11,13 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, run_cli, wait_until
+from factories import TINY, cli_options, read_jsonl, run_cli, start_cli, wait_for, wait_until
 
-TINY_ARGS = ("--device", "cpu", "--layers", "1", "--heads", "2", "--dim", "32", "--seq-len",
-             "16", "--block-size", "16", "--batch-size", "2", "--warmup-steps", "2")
+TINY_ARGS = tuple(cli_options(dict(TINY, block_size=16, batch_size=2)))  # two ranks: B=2 each
 DEADLINE_S = 120.0
-
-
-def _rows(path: Path) -> list[dict]:
-    """Every line of a metrics file, each required to be a whole JSON object."""
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def _run_folder(root: Path) -> Path | None:
@@ -41,7 +34,7 @@ def _steps(run: Path, rank: int) -> list[dict]:
 
 
 def _events(run: Path, rank: int, name: str) -> list[dict]:
-    return [r for r in _rows(run / f"metrics-rank-{rank}.jsonl") if r.get("event") == name]
+    return [r for r in read_jsonl(run / f"metrics-rank-{rank}.jsonl") if r.get("event") == name]
 
 
 def _pids(run: Path) -> list[int]:
@@ -58,16 +51,13 @@ def _gone(pid: int) -> bool:
 
 
 def _launch(tmp_path: Path) -> subprocess.Popen:
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    return subprocess.Popen([sys.executable, "-m", "tui.cli", "train", "--headless", "--nproc",
-                             "2", "--steps", "0", "--log-every", "1000", "--run-dir",
-                             str(tmp_path / "runs"), *TINY_ARGS], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            stdin=subprocess.DEVNULL)
+    return start_cli("train", "--headless", "--nproc", "2", "--steps", "0", "--log-every",
+                     "1000", "--run-dir", str(tmp_path / "runs"), *TINY_ARGS,
+                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
 @pytest.fixture(scope="module")
-def finished_run(tmp_path_factory):
+def finished_ranks_run(tmp_path_factory):
     """`memtop train --headless --nproc 2 --steps 40` once for the tests that read it."""
     root = tmp_path_factory.mktemp("ranks") / "runs"
     res = run_cli("train", "--headless", "--nproc", "2", "--steps", "40", "--run-dir",
@@ -75,13 +65,14 @@ def finished_run(tmp_path_factory):
     return res, _run_folder(root)
 
 
-def test_two_ranks_write_their_own_rows_and_one_report(finished_run):
-    res, run = finished_run
+@pytest.mark.slow  # torchrun and two ranks that import torch
+def test_two_ranks_write_their_own_rows_and_one_report(finished_ranks_run):
+    res, run = finished_ranks_run
     assert res.returncode == 0, res.stdout + res.stderr
     names = sorted(p.name for p in run.iterdir())
     assert "metrics.jsonl" not in names and names.count("config.json") == 1
     for rank in (0, 1):
-        rows = _rows(run / f"metrics-rank-{rank}.jsonl")
+        rows = read_jsonl(run / f"metrics-rank-{rank}.jsonl")
         steps = [r for r in rows if "event" not in r]
         assert [r["step"] for r in steps] == list(range(1, 41))
         assert {r["rank"] for r in steps} == {rank}
@@ -96,11 +87,11 @@ def test_two_ranks_write_their_own_rows_and_one_report(finished_run):
     assert "cpu x2" in listed.stdout and "finished" in listed.stdout
 
 
-async def test_dashboard_shows_both_ranks_side_by_side_at_80x24(finished_run):
-    from tests.conftest import wait_for
+@pytest.mark.slow  # torchrun and two ranks that import torch
+async def test_dashboard_shows_both_ranks_side_by_side_at_80x24(finished_ranks_run):
     from tui.app import MemtopApp
 
-    _, run = finished_run
+    _, run = finished_ranks_run
     app = MemtopApp.for_folder(run)
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_for(pilot, lambda: "slowest: rank" in app.rank_table.text, "the rank table")
@@ -111,6 +102,7 @@ async def test_dashboard_shows_both_ranks_side_by_side_at_80x24(finished_run):
         await pilot.press("q")
 
 
+@pytest.mark.slow  # torchrun and two ranks that import torch
 def test_profile_window_on_both_ranks_at_one_step_then_sigint_stops_all(tmp_path):
     from tui.sources import FolderSource
 
@@ -144,6 +136,7 @@ def test_profile_window_on_both_ranks_at_one_step_then_sigint_stops_all(tmp_path
     wait_until(lambda: all(_gone(p) for p in pids), "the ranks to be gone", timeout_s=10)
 
 
+@pytest.mark.slow  # torchrun and two ranks that import torch
 def test_a_killed_rank_ends_the_run_and_is_named(tmp_path):
     from probes.analysis.ranks import read_process_exits
 
@@ -161,9 +154,9 @@ def test_a_killed_rank_ends_the_run_and_is_named(tmp_path):
     assert proc.returncode == 1, out
     assert "rank 1 ended without finishing" in out and "SIGKILL" in out, out
     assert read_process_exits(run)[1].exitcode == -signal.SIGKILL
-    rank0 = _rows(run / "metrics-rank-0.jsonl")  # every line whole JSON
+    rank0 = read_jsonl(run / "metrics-rank-0.jsonl")  # every line whole JSON
     assert rank0[-1] == {**rank0[-1], "event": "run_finished", "reason": "failed"}
-    assert any("event" not in r for r in _rows(run / "metrics-rank-1.jsonl"))
+    assert any("event" not in r for r in read_jsonl(run / "metrics-rank-1.jsonl"))
     report = json.loads((run / "report.json").read_text())
     assert report["ranks"]["failure"].startswith("rank 1 ended without finishing")
     assert not report["complete"]
@@ -192,44 +185,3 @@ def test_a_port_in_use_is_refused(tmp_path):
                       "cpu", "--run-dir", str(tmp_path / "runs"))
     assert res.returncode == 2 and f"port {port} is already in use" in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
-
-
-def test_rank_table_fits_80x24_for_2_to_8_ranks():
-    from probes.records import StepSample
-    from tui.widgets.rank_table import RankRow, rank_table_lines
-
-    def sample(rank: int) -> StepSample:
-        return StepSample(step=9, time_s=1.0, loss=2.0, tokens_per_s=1000.0 + rank,
-                          step_ms=20.0 + rank, allocated_bytes=100 << 20,
-                          reserved_bytes=120 << 20, peak_allocated_bytes=(110 + rank) << 20,
-                          driver_used_bytes=300 << 20, host_rss_bytes=300 << 20, scale=None,
-                          skipped_steps=0, amp="bf16", device="cpu", rank=rank)
-
-    for n in range(2, 9):
-        rows = [RankRow(k, sample(k)) for k in range(n)]
-        for r in rows:
-            r.recent_ms.append(r.last.step_ms)
-        rows[1].leak = "host_heap"
-        lines = rank_table_lines(rows, 78, 14)  # the lower area at 80×24, no border
-        assert len(lines) <= 14 and all(len(x) <= 78 for x in lines)
-        text = "\n".join(lines)
-        assert f"slowest: rank {n - 1}" in text and f"highest peak: rank {n - 1}" in text
-        assert "LEAK suspected on rank 1" in text
-        assert all(f"\n{k:>6} " in text for k in range(n))
-
-
-def test_the_rank_that_raised_is_named_not_the_peer_left_waiting():
-    from probes.analysis.ranks import ProcessExit, RankEnd, failure_text, process_exits
-
-    peer = RankEnd(0, 12, 12, "failed", "RuntimeError: [gloo] Connection closed by peer", 13,
-                   100, 0)
-    raised = RankEnd(1, 12, 12, "failed", "ValueError: bad batch", 13, 101, 0)
-    ok = RankEnd(2, 12, 12, "finished", None, None, 102, 0)
-    text = failure_text([peer, raised, ok], {})
-    assert text.startswith("rank 1 failed at step 13: ValueError: bad batch")
-    assert "rank 0 stopped with it" in text and "rank 2" not in text
-    assert failure_text([ok], {}) is None
-    log = ("Root Cause (first observed failure):\n[0]:\n  time      : 2026-12-01_19:50:00\n"
-           "  host      : box\n  rank      : 1 (local_rank: 1)\n  exitcode  : -9 (pid: 7)\n"
-           "  error_file: <N/A>\n  traceback : Signal 9 (SIGKILL) received by PID 7\n")
-    assert process_exits(log) == {1: ProcessExit(1, -9, "Signal 9 (SIGKILL) received by PID 7")}

@@ -1,15 +1,16 @@
-"""The run folder read back: a follower over a file another process writes (torn last line,
-junk lines, deletion), the fast history of a finished run, and `memtop runs`."""
+"""The run folder read back from outside: a follower over a file another process writes (torn
+last line, junk lines, deletion), `memtop runs` over each state of a run, and the refusals of
+`memtop view` and `memtop runs` (a finished run's history and its config:
+tests/unit/test_run_history.py)."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 
 import pytest
-from conftest import run_cli
+from factories import make_sample, record_line, run_cli, started_event
 
 from probes import records as R
 from probes.analysis.runlist import summarize_run
@@ -19,12 +20,9 @@ from probes.runfolder import (
     Follower,
     RunFolderError,
     check_run_folder,
-    json_line,
-    read_history,
     resolve_run,
     write_json,
 )
-from probes.runfolder.state import RunState
 
 # A writer in another process: each stdin line is hex bytes to append (flushed at once); it
 # answers "ok" so the test knows the bytes are on disk before it polls.
@@ -36,23 +34,6 @@ with open(path, "ab", buffering=0) as fh:
         fh.write(bytes.fromhex(line.strip()))
         print("ok", flush=True)
 """
-
-
-def _sample(step: int, **kw) -> StepSample:
-    values = dict(step=step, time_s=step * 0.1, loss=2.0, tokens_per_s=1000.0, step_ms=10.0,
-                  allocated_bytes=100, reserved_bytes=200, peak_allocated_bytes=150,
-                  driver_used_bytes=None, host_rss_bytes=300, scale=None, skipped_steps=0,
-                  amp="bf16", device="cpu", grad_norm=1.0, profiling=False, leak_active=False)
-    values.update(kw)
-    return StepSample(**values)
-
-
-def _line(record) -> bytes:
-    return json_line(record.to_json()).encode() + b"\n"
-
-
-def _started(**data) -> Event:
-    return Event(R.RUN_STARTED, 0, 0.0, {"device": "cpu", "amp": "bf16", "params": 10, **data})
 
 
 def test_follower_waits_for_a_torn_line_and_counts_junk(tmp_path):
@@ -69,48 +50,21 @@ def test_follower_waits_for_a_torn_line_and_counts_junk(tmp_path):
     try:
         follower = Follower(path)
         assert follower.poll() == []
-        whole = _line(_sample(1))
-        write(_line(_started()) + whole[:25])  # the second row is torn mid-way
+        whole = record_line(make_sample(1))
+        write(record_line(started_event()) + whole[:25])  # the second row is torn mid-way
         rows = follower.poll()
         assert [r.get("event") for r in rows] == ["run_started"]
         assert follower.waiting_for_newline and follower.bad == 0
-        write(whole[25:] + b"{not json\n" + _line(_sample(2)))
+        write(whole[25:] + b"{not json\n" + record_line(make_sample(2)))
         rows = follower.poll()
         assert [r["step"] for r in rows] == [1, 2]  # the torn row, whole, then the next
-        assert StepSample.from_json(rows[0]) == _sample(1)
+        assert StepSample.from_json(rows[0]) == make_sample(1)
         assert follower.bad == 1 and not follower.waiting_for_newline
         os.unlink(path)
         assert follower.poll() == [] and follower.gone
     finally:
         writer.stdin.close()
         writer.wait(timeout=30)
-
-
-def test_history_of_a_long_run_keeps_events_tail_and_a_thinned_chart(tmp_path):
-    path = tmp_path / METRICS
-    with open(path, "wb") as fh:
-        fh.write(_line(_started()))
-        for step in range(1, 5001):
-            fh.write(_line(_sample(step)))
-            if step == 4995:
-                fh.write(b"junk\n")  # within the tail: parsed, counted, skipped
-            if step == 2500:
-                fh.write(_line(Event(R.LEAK_SUSPECTED, step, 1.0, {"counter": "host_heap"})))
-        fh.write(_line(Event(R.RUN_FINISHED, 5000, 500.0, {"reason": "finished"})))
-        fh.write(_line(_sample(5001))[:30])  # a torn tail is left for the follower
-    hist = read_history(path, keep_last=10, chart_points=100)
-    events = [r["event"] for r in hist.rows if "event" in r]
-    assert events == ["run_started", "leak_suspected", "run_finished"]
-    # the tail's 10 lines, one of them junk
-    assert [r["step"] for r in hist.rows if "event" not in r] == list(range(4992, 5001))
-    assert 90 <= len(hist.chart_steps) <= 110 and hist.chart_steps[0]["step"] == 1
-    assert hist.steps_total == 5001 and hist.bad == 1  # non-event lines, the junk one included
-    assert hist.end == path.stat().st_size - 30
-    state = RunState()
-    for row in hist.rows:
-        state.apply(R.record_from_json(row))
-    assert state.finished and state.step == 5000 and state.outcome == "finished"
-    assert "host_heap" in state.alerts
 
 
 def test_refusals_missing_folder_and_not_a_run_folder(tmp_path):
@@ -134,20 +88,23 @@ def _run(root, name, rows, config=True):
     folder.mkdir(parents=True)
     if config:
         write_json(folder / "config.json", {"steps": 0})
-    (folder / METRICS).write_bytes(b"".join(_line(r) for r in rows))
+    (folder / METRICS).write_bytes(b"".join(record_line(r) for r in rows))
     return folder
 
 
 def test_runs_lists_each_state(tmp_path):
     root = tmp_path / "runs"
-    done = [_started(), _sample(1), _sample(2, tokens_per_s=2048.0, peak_allocated_bytes=3 << 20),
+    done = [started_event(), make_sample(1),
+            make_sample(2, tokens_per_s=2048.0, peak_allocated_bytes=3 << 20),
             Event(R.RUN_FINISHED, 2, 1.0, {"reason": "finished"})]
     _run(root, "20260101-000000-aaaaaa", done)
-    failed = [_started(), _sample(1), Event(R.ERROR, 2, 1.0, {"error_type": "NonFiniteError",
-                                                              "message": "loss became nan"}),
+    failed = [started_event(), make_sample(1),
+              Event(R.ERROR, 2, 1.0, {"error_type": "NonFiniteError",
+                                      "message": "loss became nan"}),
               Event(R.RUN_FINISHED, 2, 1.0, {"reason": "failed"})]
     _run(root, "20260101-000001-bbbbbb", failed)
-    _run(root, "20260101-000002-cccccc", [_started(), _sample(1)])  # killed: no run_finished
+    # killed: no run_finished
+    _run(root, "20260101-000002-cccccc", [started_event(), make_sample(1)])
     (root / "not-a-run").mkdir()
     assert summarize_run(root / "20260101-000002-cccccc").outcome == "interrupted"
     result = run_cli("runs", str(root))
@@ -162,12 +119,3 @@ def test_runs_lists_each_state(tmp_path):
     assert run_cli("runs", str(tmp_path / "empty-root-missing")).returncode == 2
     (tmp_path / "none").mkdir()
     assert "no runs in" in run_cli("runs", str(tmp_path / "none")).stdout
-
-
-def test_config_json_loads_without_resolving_the_device(tmp_path):
-    """A CUDA run's config reads on a CPU-only machine: the device resolves only at run start."""
-    from trainer.config import TrainConfig
-
-    cfg = TrainConfig(device="cuda:1", amp="fp16", run_dir=str(tmp_path))
-    back = TrainConfig.from_json(json.loads(json.dumps(cfg.to_json())))
-    assert back.device == "cuda:1" and back.amp == "fp16"

@@ -21,8 +21,9 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import ROOT
-from test_cli import TINY_ARGS
+from factories import METRICS, ONE_THREAD, ROOT, TINY_ARGS, read_jsonl, subprocess_env
+
+pytestmark = pytest.mark.slow  # each test starts a memtop on a pty and takes it to a state
 
 GONE_WITHIN_S = 5.0  # the promise: no memtop left 5 s after the terminal went away
 READY_S = 120.0  # how long a state may take to come about on a loaded machine
@@ -43,11 +44,10 @@ class Terminal:
 
         self.master, slave = os.openpty()
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
-        env = dict(os.environ, PYTHONPATH=str(ROOT), TERM="xterm-256color",
-                   OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+        env = subprocess_env(TERM="xterm-256color", **ONE_THREAD)  # it runs beside the suite
         self.proc = subprocess.Popen(
             [sys.executable, "-c", LAUNCH, "train", "--run-dir", str(run_root), "--steps", "0",
-             "--warmup-steps", "2", *TINY_ARGS, *args],
+             *TINY_ARGS, *args],
             cwd=ROOT, env=env, stdin=slave, stdout=slave, stderr=slave, close_fds=True)
         os.close(slave)
         self.run_root = run_root
@@ -73,13 +73,13 @@ class Terminal:
 
     @property
     def run_dir(self) -> Path | None:
-        found = list(self.run_root.glob("*/metrics.jsonl"))
+        found = list(self.run_root.glob(f"*/{METRICS}"))
         return found[0].parent if found else None
 
     def text(self) -> str:
         """metrics.jsonl as written so far (polled: substring checks, no parsing)."""
         run = self.run_dir
-        return (run / "metrics.jsonl").read_text() if run is not None else ""
+        return (run / METRICS).read_text() if run is not None else ""
 
     def wait_until(self, condition, what: str) -> None:
         """Until ``condition()``; fails (with the screen) if memtop died or it never came."""
@@ -177,8 +177,7 @@ STATES = {
 def _check_run_folder(term: Terminal, reasons: tuple[str, ...], steps: int = 3) -> dict:
     run = term.run_dir
     assert run is not None
-    lines = (run / "metrics.jsonl").read_text().splitlines()
-    rows = [json.loads(line) for line in lines]  # every line complete, valid JSON
+    rows = read_jsonl(run / METRICS)  # every line complete, valid JSON
     done = [r["step"] for r in rows if "event" not in r]
     assert done == list(range(1, len(done) + 1)) and len(done) >= steps
     last = rows[-1]

@@ -9,14 +9,12 @@ import inspect
 import io
 import json
 import os
-import signal
-import subprocess
 import sys
 import threading
-import time
 
 import pytest
-from conftest import ROOT, TINY, run_cli, wait_for
+from factories import event_names, make_sample, metrics_rows, wait_for
+from textual.widgets import DataTable
 
 from probes import records as R
 from probes.counters.nvml import NvmlPoller
@@ -26,33 +24,11 @@ from tui.app import MemtopApp
 from tui.dashboard_run import stderr_to_file
 from tui.format import format_value
 from tui.live_events import LIVE_EVENTS
-from tui.panes import PANES
 from tui.widgets.footer import MemtopFooter
 from tui.widgets.help_screen import HelpScreen, counter_paragraphs
 from tui.widgets.memory_chart import REF_CELLS
 
 CUDA_COUNTERS = counter_paragraphs("cuda")  # the help's counter section on CUDA
-
-
-def rows(app: MemtopApp) -> tuple[list[dict], list[dict]]:
-    steps, events = [], []
-    for line in (app.run_dir / "metrics.jsonl").read_text().splitlines():
-        row = json.loads(line)
-        (events if "event" in row else steps).append(row)
-    return steps, events
-
-
-def event_names(app: MemtopApp) -> list[str]:
-    """Events in metrics.jsonl so far; a line the trainer is still writing is skipped."""
-    names = []
-    for line in (app.run_dir / "metrics.jsonl").read_text().splitlines():
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue
-        if "event" in row:
-            names.append(row["event"])
-    return names
 
 
 async def test_panes_update_pause_resume_and_quit_joins_the_trainer(make_app):
@@ -70,7 +46,7 @@ async def test_panes_update_pause_resume_and_quit_joins_the_trainer(make_app):
         assert "RUNNING" in app.header_bar.text and "B4 T16" in app.header_bar.text
         await pilot.press("m")  # a CPU run announces no memory_snapshot: said, not sent
         await wait_for(pilot, lambda: any("need a CUDA run" in n.message
-                                          for n in app._notifications), "the m notice")
+                                          for n in app.notices), "the m notice")
 
         await pilot.press("space")
         await wait_for(pilot, lambda: app.trainer.status.state == "paused", "paused")
@@ -92,7 +68,7 @@ async def test_panes_update_pause_resume_and_quit_joins_the_trainer(make_app):
         await wait_for(pilot, lambda: app.return_code is not None, "the app to exit")
     assert app.return_code == 0
     assert not app.trainer.alive and app.finished
-    steps, events = rows(app)
+    steps, events = metrics_rows(app.run_dir)
     assert len(steps) >= frozen + 2
     finished = [e for e in events if e["event"] == "run_finished"]
     assert finished and finished[-1]["reason"] == "stopped by user"
@@ -176,7 +152,7 @@ async def test_injected_events_render_banner_table_and_ledger(make_app):
         app.ring.push(Event("profile_done", 90, 5.0, {
             "dir": "profiles/step-85", "sort_by": "cpu", "top_ops": OPS, "analysis_s": 0.4}))
         await wait_for(pilot, lambda: app.ops_table.ops, "top-ops table")
-        table = app.ops_table._table
+        table = app.ops_table.query_one(DataTable)
         assert table.row_count == 3
         assert app.ops_table.row_names[0].endswith("Backward0")  # largest CPU total first
         assert app.view == "ops"  # 80 columns: the table replaces the chart
@@ -217,8 +193,8 @@ async def test_a_loud_kind_without_a_handler_shows_its_summary_as_a_toast(make_a
         app.ring.push(Event(R.CONTROL, 7, 2.0, {"request": "pause", "source": "viewer pid 1"}))
         app.ring.push(saved)
         await wait_for(pilot, lambda: any(n.message == saved.summary()
-                                          for n in app._notifications), "the default toast")
-        toasts = [(n.title, n.message) for n in app._notifications]
+                                          for n in app.notices), "the default toast")
+        toasts = [(n.title, n.message) for n in app.notices]
         assert ("weights saved", "weights.pt (3.0 MiB)") in toasts
         assert ("control", "pause requested by viewer pid 1") in toasts  # another process
         assert len(toasts) == 2, toasts  # nothing for report_written nor our own key
@@ -304,10 +280,10 @@ async def test_finished_run_stays_up_as_stopped_and_saves_a_screenshot(make_app,
         blocked.write_text("")
         real_dir, app.run_dir = app.run_dir, blocked
         await pilot.press("s")
-        await wait_for(pilot, lambda: any(n.severity == "error" for n in app._notifications),
+        await wait_for(pilot, lambda: any(n.severity == "error" for n in app.notices),
                        "the error notification")
         app.run_dir = real_dir
-        error = next(n for n in app._notifications if n.severity == "error")
+        error = next(n for n in app.notices if n.severity == "error")
         assert "screenshot not saved" in error.message
         assert app.return_code is None  # still up until q
         await pilot.press("q")
@@ -320,11 +296,13 @@ async def test_profile_leak_and_report_keys_reach_the_real_trainer(make_app):
     async with app.run_test(size=(120, 40)) as pilot:
         await wait_for(pilot, lambda: app.trainer.status.step >= 3, "the first steps")
         await pilot.press("p")
-        await wait_for(pilot, lambda: "profile_started" in event_names(app), "profile_started")
+        await wait_for(pilot, lambda: "profile_started" in event_names(app.run_dir),
+                       "profile_started")
         await wait_for(pilot, lambda: "profiler: requested" not in app.status_line.text,
                        "the status line past 'requested'")
         await pilot.press("l")
-        await wait_for(pilot, lambda: "leak_demo_started" in event_names(app), "the leak demo")
+        await wait_for(pilot, lambda: "leak_demo_started" in event_names(app.run_dir),
+                       "the leak demo")
         await wait_for(pilot, lambda: "leak demo: graph since step" in app.status_line.text,
                        "the leak demo in the status line")
         assert app.trainer.status.leak_active
@@ -337,84 +315,7 @@ async def test_profile_leak_and_report_keys_reach_the_real_trainer(make_app):
         await pilot.press("q")
         await wait_for(pilot, lambda: app.return_code is not None, "the app to exit")
     assert app.return_code == 0
-    assert event_names(app)[-1] == "run_finished"
-
-
-def _tiny_train_args(run_root) -> list[str]:
-    args = ["train", "--device", "cpu", "--steps", "0", "--run-dir", str(run_root)]
-    for key in ("layers", "heads", "dim", "seq_len", "block_size", "batch_size", "warmup_steps"):
-        args += [f"--{key.replace('_', '-')}", str(TINY[key])]
-    return args
-
-
-# (SIGHUP with the terminal really gone, in every state: tests/test_terminal_loss.py)
-@pytest.mark.parametrize("sig", [signal.SIGTERM])
-def test_signal_quits_cleanly_and_gives_the_terminal_back(tmp_path, sig):
-    """The real dashboard on a pseudo-terminal, killed: run_finished, report, cooked terminal."""
-    import fcntl
-    import select
-    import struct
-    import termios
-
-    try:
-        master, slave = os.openpty()
-    except OSError as exc:
-        pytest.skip(f"no pseudo-terminal here: {exc}")
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
-    cooked = termios.tcgetattr(slave)[3] & (termios.ICANON | termios.ECHO | termios.ISIG)
-    root = tmp_path / "runs"
-    env = dict(os.environ, PYTHONPATH=str(ROOT), TERM="xterm-256color")
-    proc = subprocess.Popen([sys.executable, "-m", "tui.cli", *_tiny_train_args(root)],
-                            cwd=ROOT, env=env, stdin=slave, stdout=slave, stderr=slave,
-                            start_new_session=True)
-    shown = bytearray()
-
-    def drain(timeout: float) -> None:  # read what the app draws so the pty never fills up
-        if select.select([master], [], [], timeout)[0]:
-            try:
-                shown.extend(os.read(master, 1 << 16))
-            except OSError:
-                pass
-
-    def steps_written() -> int:
-        found = list(root.glob("*/metrics.jsonl"))
-        return found[0].read_text().count('"loss"') if found else 0
-
-    try:
-        deadline = time.monotonic() + 90
-        while steps_written() < 3 and proc.poll() is None and time.monotonic() < deadline:
-            drain(0.1)
-        assert proc.poll() is None and steps_written() >= 3, bytes(shown[-2000:])
-        raw = termios.tcgetattr(slave)[3] & (termios.ICANON | termios.ECHO | termios.ISIG)
-        assert raw != cooked  # the app really had the terminal in raw mode
-        proc.send_signal(sig)
-        deadline = time.monotonic() + 90
-        while proc.poll() is None and time.monotonic() < deadline:
-            drain(0.1)
-        drain(0.2)
-        assert proc.poll() == 128 + sig, bytes(shown[-2000:])
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
-        after = termios.tcgetattr(slave)[3] & (termios.ICANON | termios.ECHO | termios.ISIG)
-        os.close(master)
-        os.close(slave)
-    run_dir = next(root.iterdir())
-    last = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[-1])
-    assert last["event"] == "run_finished"
-    assert last["reason"] == f"interrupted ({signal.Signals(sig).name})"
-    assert (run_dir / "report.md").is_file()
-    assert after == cooked  # echo and line editing are back
-    assert f"memtop: run folder {run_dir}".encode() in shown
-
-
-def test_no_terminal_says_so_and_exits_2(tmp_path):
-    result = run_cli("train", "--run-dir", str(tmp_path / "runs"), timeout=60)
-    assert result.returncode == 2
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and "--headless" in lines[0] and "TTY" in lines[0]
-    assert not (tmp_path / "runs").exists()
+    assert event_names(app.run_dir)[-1] == "run_finished"
 
 
 def test_fd2_goes_to_the_log_while_the_ui_keeps_the_terminal(tmp_path, capfd):
@@ -464,38 +365,6 @@ async def test_layout_fits_small_and_large_terminals(make_app, size):
             assert bars.cell_length == pane.size.width and set(bars.text) == {"▁"}
 
 
-DEFERRED_FRAME = r"""
-import asyncio, sys
-from pathlib import Path
-from probes.runfolder import create_run_dir
-from trainer.config import TrainConfig
-from tui.app import MemtopApp
-
-async def main():
-    config = TrainConfig(device="cpu", steps=0, run_dir=sys.argv[1])
-    app = MemtopApp.for_run(config, create_run_dir(sys.argv[1]), deferred=True, autostart=False,
-                            freeze_gc=False)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await pilot.pause(0.2)
-        print("header:", app.header_bar.text.replace("\n", " "))
-        print("panes:", len(app.panes), "torch imported:", "torch" in sys.modules)
-    app.shutdown(10)
-
-asyncio.run(main())
-"""
-
-
-def test_deferred_dashboard_frame_is_up_before_torch_is_imported(tmp_path):
-    """`memtop train` draws header and panes, "starting", while torch is not yet imported:
-    the trainer thread imports it (benchmarks/RESULTS.md: the frame within 0.6 s, RESULTS.md)."""
-    res = subprocess.run([sys.executable, "-c", DEFERRED_FRAME, str(tmp_path)], cwd=ROOT,
-                         capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert res.returncode == 0, res.stderr[-2000:]
-    assert "STARTING" in res.stdout and "torch imported: False" in res.stdout, res.stdout
-    assert f"panes: {len(PANES)} " in res.stdout, res.stdout  # every pane of the table
-
-
 async def test_deferred_trainer_builds_on_its_thread_and_trains(tiny_config, tmp_path):
     from probes.runfolder import create_run_dir
 
@@ -509,40 +378,32 @@ async def test_deferred_trainer_builds_on_its_thread_and_trains(tiny_config, tmp
             await pilot.press("q")
             await wait_for(pilot, lambda: app.return_code is not None, "the app to exit")
         assert app.return_code == 0
-        assert event_names(app)[-1] == "run_finished"
+        assert event_names(app.run_dir)[-1] == "run_finished"
     finally:
         app.shutdown(timeout_s=60)
     assert not app.trainer.alive
 
 
 async def test_chart_rebuilds_off_the_event_loop_and_at_once_for_a_screenshot(make_app):
-    from types import SimpleNamespace
-
     app = make_app(autostart=False)
     async with app.run_test(size=(120, 40)) as pilot:
         chart = app.chart
         await wait_for(pilot, lambda: chart.builds >= 1, "the first (empty) figure")
         first = chart.render()
-        builders: list[str] = []
-        original = chart._build_text
-
-        def recording(*args):
-            builders.append(threading.current_thread().name)
-            return original(*args)
-
-        chart._build_text = recording
-        chart.add_points([SimpleNamespace(step=i, allocated_bytes=2**20 * i,
-                                          reserved_bytes=2**21 * i) for i in range(1, 50)])
+        builds, threaded = chart.builds, chart.threaded_builds
+        chart.add_points([make_sample(i, allocated_bytes=2**20 * i, reserved_bytes=2**21 * i)
+                          for i in range(1, 50)])
         assert chart.maybe_redraw(None)
         assert chart.render() is first  # the old figure stays up while the thread builds
         await wait_for(pilot, lambda: chart.builds >= 2, "the figure built on a thread")
-        assert builders and set(builders) == {"memtop-chart"}  # once per size the layout had
+        # every build since ran on the chart's thread (once per size the layout had)
+        assert chart.threaded_builds - threaded == chart.builds - builds > 0
         assert chart.render() is not first and "step" in chart.render().plain
-        chart.add_points([SimpleNamespace(step=60, allocated_bytes=1, reserved_bytes=2)])
-        builds = chart.builds
+        chart.add_points([make_sample(60, allocated_bytes=1, reserved_bytes=2)])
+        builds, threaded = chart.builds, chart.threaded_builds
         assert chart.maybe_redraw(None, force=True)
         chart.render()
-        assert chart.builds == builds + 1 and builders[-1] == threading.current_thread().name
+        assert chart.builds == builds + 1 and chart.threaded_builds == threaded  # on the loop
 
 
 async def test_ui_freezes_gc_spaces_gen2_passes_and_shutdown_restores_both(tiny_config, tmp_path):
@@ -556,7 +417,7 @@ async def test_ui_freezes_gc_spaces_gen2_passes_and_shutdown_restores_both(tiny_
                             deferred=True, refresh_s=0.1, freeze_gc=True)
     try:
         async with app.run_test(size=(80, 24)) as pilot:
-            await wait_for(pilot, lambda: app._gc_frozen, "the freeze once the run started")
+            await wait_for(pilot, lambda: app.gc_frozen, "the freeze once the run started")
             assert gc.get_freeze_count() > 0
             assert gc.get_threshold() == (*before[:2], max(before[2], GEN2_EVERY))
             await pilot.press("q")

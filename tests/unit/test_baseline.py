@@ -5,27 +5,24 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import wait_for
-from test_compare import make_run
+from factories import make_sample, wait_for, write_run
 
 from probes.analysis.baseline import LiveFigures, deltas
-from probes.records import StepSample
 from tui.cli import main
 from tui.format_panels import baseline_text
 
 
-def _sample(step, ms, peak=100, profiling=False):
-    return StepSample(step=step, time_s=step / 10, loss=1.0, tokens_per_s=1000 / ms, step_ms=ms,
-                      allocated_bytes=1, reserved_bytes=1, peak_allocated_bytes=peak,
-                      driver_used_bytes=None, host_rss_bytes=None, scale=None, skipped_steps=0,
-                      amp="off", device="cpu", profiling=profiling)
+def _timed_step(step, ms, peak=100, profiling=False):
+    """A step of ``ms`` (its tokens/s with it), as the live figures read them."""
+    return make_sample(step, tokens_per_s=1000 / ms, step_ms=ms, peak_allocated_bytes=peak,
+                       profiling=profiling)
 
 
 def test_live_figures_skip_warmup_and_profiled_steps_and_give_deltas():
     live = LiveFigures(warmup_steps=2)
     for step, ms in ((1, 500.0), (2, 400.0), (3, 20.0), (4, 20.0), (5, 20.0)):
-        live.push(_sample(step, ms, peak=50 if step == 1 else 100))
-    live.push(_sample(6, 900.0, profiling=True))
+        live.push(_timed_step(step, ms, peak=50 if step == 1 else 100))
+    live.push(_timed_step(6, 900.0, profiling=True))
     now = live.figures()
     assert now == {"tokens_per_s": 50.0, "step_ms": 20.0, "peak_allocated_bytes": 100}
     change = deltas({"tokens_per_s": 40.0, "step_ms": 25.0, "peak_allocated_bytes": None}, now)
@@ -49,7 +46,7 @@ async def test_dashboard_shows_deltas_and_the_report_compares(tiny_config, tmp_p
     from probes.runfolder import create_run_dir
     from tui.app import MemtopApp
 
-    base = make_run(tmp_path / "base", step_ms=1000.0)  # slow on purpose: a clear delta
+    base = write_run(tmp_path / "base", step_ms=1000.0)  # slow on purpose: a clear delta
     config = tiny_config(steps=8, baseline=str(base))
     app = MemtopApp.for_run(config, create_run_dir(config.run_dir), refresh_s=0.1,
                             freeze_gc=False)

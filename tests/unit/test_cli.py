@@ -1,20 +1,15 @@
-"""Bad input gets one clear line on stderr and exit 2, before any training starts."""
+"""Bad input gets one clear line on stderr and exit 2, before any training starts (the CLI's
+main() in this process; the `memtop` process itself: tests/integration/test_cli_process.py)."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
-from conftest import run_cli
 
 from tui.cli import main
 
 # On a CUDA machine these options are valid: the bad-input cases only hold without CUDA.
 NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is available here")
-
-TINY_ARGS = ["--device", "cpu", "--layers", "1", "--heads", "2", "--dim", "32", "--seq-len", "16",
-             "--block-size", "32", "--batch-size", "4"]
 
 
 @pytest.mark.parametrize("args,needle", [
@@ -66,27 +61,6 @@ def test_no_command_prints_help_and_exits_2(capsys):
     assert "train" in capsys.readouterr().out
 
 
-def test_dashboard_without_a_terminal_points_at_headless(tmp_path):
-    result = run_cli("train", "--run-dir", str(tmp_path))
-    assert result.returncode == 2
-    assert "--headless" in result.stderr and result.stderr.count("\n") == 1
-    assert not list(tmp_path.iterdir())  # nothing was created
-
-
-def test_headless_subprocess_end_to_end(tmp_path):
-    result = run_cli("train", "--headless", "--steps", "12", "--log-every", "4",
-                     "--run-dir", str(tmp_path), *TINY_ARGS)
-    assert result.returncode == 0, result.stderr
-    assert "step     12" in result.stdout and "run_finished" in result.stdout
-    (run,) = tmp_path.iterdir()
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert sum(1 for r in rows if "event" not in r) == 12
-    config = json.loads((run / "config.json").read_text())
-    assert config["device"] == "cpu" and config["amp"] == "auto"  # as given
-    started = next(r for r in rows if r.get("event") == "run_started")
-    assert started["device"] == "cpu" and started["amp"] == "bf16"  # as resolved at run start
-
-
 def test_a_cuda_runs_config_loads_on_a_machine_without_cuda():
     from trainer.config import TrainConfig
 
@@ -95,20 +69,3 @@ def test_a_cuda_runs_config_loads_on_a_machine_without_cuda():
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="CUDA is not available"):
             config.resolve()
-
-
-def test_version_and_help_fit_80_columns():
-    result = run_cli("--version")
-    assert result.returncode == 0 and result.stdout.startswith("memtop ")
-    for args in (("--help",), ("train", "--help"), ("report", "--help")):
-        out = run_cli(*args, env={"COLUMNS": "200"}).stdout
-        assert out and max(len(line) for line in out.splitlines()) <= 80, args
-
-
-def test_help_explains_every_option():
-    result = run_cli("train", "--help")
-    assert result.returncode == 0
-    for flag in ("--device", "--amp", "--batch-size", "--seq-len", "--layers", "--heads", "--dim",
-                 "--steps", "--lr", "--seed", "--warmup-steps", "--attention", "--run-dir",
-                 "--headless", "--max-memory", "--profile-at", "--leak", "--leak-at"):
-        assert flag in result.stdout

@@ -7,7 +7,7 @@ import json
 import random
 
 import pytest
-from conftest import in_thread
+from factories import RUN_CONFIG, in_thread, write_run
 
 from probes import records as R
 from probes.analysis.compare.compare import (
@@ -18,47 +18,19 @@ from probes.analysis.compare.compare import (
     median_ratio,
     one_variable_warning,
 )
-from probes.records import Event, StepSample
-from probes.runfolder import json_line, write_json
+from probes.records import Event
+from probes.runfolder import json_line
 from tui.cli import main
-
-CONFIG = dict(device="cpu", amp="off", batch_size=4, seq_len=16, block_size=32, layers=1,
-              heads=2, dim=32, attention="explicit", steps=60, warmup_steps=2, seed=1,
-              run_dir="runs")
-
-
-def make_run(path, *, amp="off", step_ms=10.0, jitter=0.05, peak=1000, loss_shift=0.0,
-             part_at=None, steps=60, seed=0, **config):
-    """A run folder as memtop writes it: config.json, metrics.jsonl with run_started, one row
-    per step (step times around ``step_ms``), run_finished."""
-    rng = random.Random(seed)
-    path.mkdir(parents=True)
-    write_json(path / "config.json", dict(CONFIG, amp=amp, steps=steps, **config))
-    rows = [Event(R.RUN_STARTED, 0, 0.0, {"device": "cpu", "amp": amp, "params": 1000})]
-    for step in range(1, steps + 1):
-        ms = step_ms * (1 + jitter * (rng.random() - 0.5))
-        loss = 5.0 - step * 0.02 + loss_shift
-        if part_at is not None and step >= part_at:
-            loss += 0.05 * (step - part_at + 1)
-        rows.append(StepSample(step=step, time_s=step * ms / 1000, loss=loss,
-                               tokens_per_s=64 * 1000 / ms, step_ms=ms, allocated_bytes=peak // 2,
-                               reserved_bytes=peak, peak_allocated_bytes=peak,
-                               driver_used_bytes=peak * 3, host_rss_bytes=peak * 3, scale=None,
-                               skipped_steps=0, amp=amp, device="cpu"))
-    rows.append(Event(R.RUN_FINISHED, steps, 1.0, {"reason": "finished"}))
-    (path / "metrics.jsonl").write_text(
-        "".join(json_line(r.to_json()) + "\n" for r in rows), encoding="utf-8")
-    return path
 
 
 def test_one_variable_changed_is_detected():
-    a = dict(CONFIG)
-    one = changed_variables(a, dict(CONFIG, amp="bf16"))
+    a = dict(RUN_CONFIG)
+    one = changed_variables(a, dict(RUN_CONFIG, amp="bf16"))
     assert [c["name"] for c in one] == ["amp"] and one_variable_warning(one) is None
-    two = changed_variables(a, dict(CONFIG, amp="bf16", batch_size=8))
+    two = changed_variables(a, dict(RUN_CONFIG, amp="bf16", batch_size=8))
     warning = one_variable_warning(two)
     assert warning is not None and "amp" in warning and "batch_size" in warning
-    assert changed_variables(a, dict(CONFIG)) == []
+    assert changed_variables(a, dict(RUN_CONFIG)) == []
 
 
 def test_noise_rule_calls_a_shift_inside_the_noise_no_difference():
@@ -84,8 +56,8 @@ def test_loss_agreement_and_where_curves_part():
 
 
 def test_compare_writes_files_and_names_the_change(tmp_path, capsys):
-    a = make_run(tmp_path / "a")
-    b = make_run(tmp_path / "b", amp="bf16", step_ms=5.0, seed=1)
+    a = write_run(tmp_path / "a")
+    b = write_run(tmp_path / "b", amp="bf16", step_ms=5.0, seed=1)
     assert main(["compare", str(a), str(b), "--out", str(tmp_path / "out")]) == 0
     out = capsys.readouterr().out
     assert "Changed: amp 'off' -> 'bf16'" in out and "WARNING" not in out
@@ -98,15 +70,15 @@ def test_compare_writes_files_and_names_the_change(tmp_path, capsys):
 
 
 def test_two_changes_warn(tmp_path, capsys):
-    a = make_run(tmp_path / "a")
-    b = make_run(tmp_path / "b", amp="bf16", batch_size=8)
+    a = write_run(tmp_path / "a")
+    b = write_run(tmp_path / "b", amp="bf16", batch_size=8)
     assert main(["compare", str(a), str(b), "--out", str(tmp_path)]) == 0
     assert "WARNING: 2 variables changed (amp, batch_size)" in capsys.readouterr().out
 
 
 def test_precision_check_says_where_losses_part(tmp_path):
-    a = make_run(tmp_path / "a")
-    b = make_run(tmp_path / "b", amp="fp16", part_at=40)
+    a = write_run(tmp_path / "a")
+    b = write_run(tmp_path / "b", amp="fp16", part_at=40)
     check = compare_runs([a, b])["comparisons"][0]["precision_check"]
     assert check["agreement"]["agree"] is False and check["agreement"]["parted_at_step"] >= 40
 
@@ -120,16 +92,16 @@ def test_precision_check_says_where_losses_part(tmp_path):
     ({"peak": 800, "step_ms": 8.0}, ["--fail-if-bigger", "0", "--fail-if-slower", "0"], 0),
 ])
 def test_fail_if_gates_exit_codes(tmp_path, capsys, b_kw, flags, code):
-    a = make_run(tmp_path / "a")
-    b = make_run(tmp_path / "b", **b_kw)
+    a = write_run(tmp_path / "a")
+    b = write_run(tmp_path / "b", **b_kw)
     assert main(["compare", str(a), str(b), "--out", str(tmp_path), *flags]) == code
     err = capsys.readouterr().err
     assert ("FAIL" in err) == (code == 1)
 
 
 def test_refusals_are_one_line_and_exit_2(tmp_path, capsys):
-    a = make_run(tmp_path / "a")
-    other = make_run(tmp_path / "other", dim=64)
+    a = write_run(tmp_path / "a")
+    other = write_run(tmp_path / "other", dim=64)
     (tmp_path / "junk").mkdir()
     cases = [
         ([str(a), str(tmp_path / "junk")], "is not a memtop run folder"),
@@ -172,7 +144,7 @@ def test_profiler_windows_are_compared(tmp_path):
     window; the active steps, export/analysis seconds and trace sizes are set side by side."""
     runs = []
     for name, shapes, trace in (("a", False, 1000), ("b", True, 3000)):
-        run = make_run(tmp_path / name, profile_record_shapes=shapes)
+        run = write_run(tmp_path / name, profile_record_shapes=shapes)
         (run / "profiles" / "step-5").mkdir(parents=True)
         (run / "profiles" / "step-5" / "trace.json").write_bytes(b"x" * trace)
         rows = (run / "metrics.jsonl").read_text().splitlines()
@@ -196,9 +168,9 @@ def test_profiler_windows_are_compared(tmp_path):
 
 
 def test_a_repeated_baseline_sets_the_run_to_run_noise_floor(tmp_path):
-    a = make_run(tmp_path / "a")
-    a2 = make_run(tmp_path / "a2", step_ms=12.0, seed=1)  # nothing changed, yet 20% slower
-    b = make_run(tmp_path / "b", amp="bf16", step_ms=11.0, seed=2)
+    a = write_run(tmp_path / "a")
+    a2 = write_run(tmp_path / "a2", step_ms=12.0, seed=1)  # nothing changed, yet 20% slower
+    b = write_run(tmp_path / "b", amp="bf16", step_ms=11.0, seed=2)
     alone = compare_runs([a, b])["comparisons"][0]
     assert alone["tokens_per_s"]["measurable"]  # within-run noise alone calls it a change
     result = compare_runs([a, a2, b])

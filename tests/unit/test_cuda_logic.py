@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import in_thread
+from factories import DATA, events_named, in_thread
 
 from probes.counters.cuda_stats import (
     CACHE_BYTES_HINT,
@@ -22,7 +22,6 @@ from probes.counters.memory import MemoryProbe, guard_trip
 from trainer.config import bf16_problem
 from trainer.loop import use_fused_adamw
 
-DATA = Path(__file__).parent / "data"
 MiB = 1 << 20
 
 
@@ -101,8 +100,7 @@ def test_run_started_records_history_state(tmp_path):
             return mon.run_dir, s.sample
 
     run_dir, sample = in_thread(run)
-    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    started = next(r for r in rows if r.get("event") == "run_started")
+    started = events_named(run_dir, "run_started")[0]
     assert started["memory_history"].startswith("off (allocation history exists only")
     assert sample.step_peak_allocated_bytes is not None
     assert sample.step_peak_allocated_bytes >= sample.allocated_bytes
@@ -189,7 +187,6 @@ def test_snapshot_request_on_cpu_is_answered_not_crashed(tmp_path):
             return mon.run_dir
 
     run_dir = in_thread(run)
-    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    snap = [r for r in rows if r.get("event") == "memory_snapshot"]
+    snap = events_named(run_dir, "memory_snapshot")
     assert len(snap) == 1 and "only for CUDA" in snap[0]["error"]
     assert not list(run_dir.glob("cuda_memory_snapshot*"))

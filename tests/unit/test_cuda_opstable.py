@@ -4,14 +4,13 @@ cudaLaunchKernel runtime calls and kernels linked by "External id")."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from factories import DATA
 
 from probes.traces.chrome_trace import aggregate, load_trace
 from probes.traces.opstable import analyse, phase_totals, rank_rows, sort_rows
 
-TRACE = Path(__file__).parent / "data" / "cuda_trace_small.json"
+TRACE = DATA / "cuda_trace_small.json"
 
 
 def test_annotation_spans_would_top_a_plain_device_sort():

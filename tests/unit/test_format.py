@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from factories import make_sample
+
 from probes.records import StepSample
 from probes.tools import units as u
 from tui import format as f
@@ -9,17 +11,9 @@ from tui import format_panels as fp
 from tui import panes as p
 
 
-def _sample(**kw) -> StepSample:
-    base = dict(step=3, time_s=1.0, loss=2.5, tokens_per_s=12345.0, step_ms=42.0,
-                allocated_bytes=3 * 1024**2, reserved_bytes=4 * 1024**2,
-                peak_allocated_bytes=5 * 1024**2, driver_used_bytes=None, host_rss_bytes=None,
-                scale=None, skipped_steps=0, amp="bf16", device="cpu")
-    base.update(kw)
-    return StepSample(**base)
-
-
 def test_sample_values_maps_every_pane_and_hides_nan_loss():
-    values = p.sample_values(_sample(loss=float("nan")))
+    values = p.sample_values(make_sample(3, loss=float("nan"), allocated_bytes=3 * 1024**2,
+                                         driver_used_bytes=None))
     assert set(values) == set(p.PANE_IDS)
     assert values["loss"] is None
     assert values["driver"] is None
@@ -186,16 +180,14 @@ def _cuda_notes(sample: StepSample) -> dict[str, str | None]:
 
 def test_cuda_notes_show_cache_and_driver_overhead():
     mib = 1 << 20
-    base = dict(step=9, time_s=1.0, loss=1.0, tokens_per_s=1.0, step_ms=1.0,
-                allocated_bytes=400 * mib, reserved_bytes=2048 * mib, peak_allocated_bytes=1,
-                driver_used_bytes=2600 * mib, host_rss_bytes=1, scale=None, skipped_steps=0,
-                amp="fp16", device="cuda:0", alloc_retries=2)
-    notes = _cuda_notes(StepSample(**base))
+    base = dict(allocated_bytes=400 * mib, reserved_bytes=2048 * mib,
+                driver_used_bytes=2600 * mib, amp="fp16", device="cuda:0", alloc_retries=2)
+    notes = _cuda_notes(make_sample(9, **base))
     assert notes["reserved"] == "cache free 1.6 GiB, 2 malloc retries"
     assert notes["driver"] == "ctx+libs 552 MiB (NVML − reserved)"
-    cpu = _cuda_notes(StepSample(**dict(base, device="cpu")))
+    cpu = _cuda_notes(make_sample(9, **dict(base, device="cpu")))
     assert cpu == {"reserved": None, "driver": None}
-    none = _cuda_notes(StepSample(**dict(base, driver_used_bytes=None, alloc_retries=0)))
+    none = _cuda_notes(make_sample(9, **dict(base, driver_used_bytes=None, alloc_retries=0)))
     assert none == {"reserved": "cache free 1.6 GiB", "driver": None}
 
 

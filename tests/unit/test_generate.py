@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import in_thread
+from factories import in_thread
 
 from trainer.model import GPT, GPTConfig, sample_next
 

@@ -4,10 +4,9 @@ a run. CPU runs show those that apply on CPU; the CUDA ones are checked on recor
 from __future__ import annotations
 
 import dataclasses
-import json
 
 import torch
-from conftest import in_thread
+from factories import in_thread, make_sample, metrics_rows
 
 from probes import records as R
 from probes.instruments.hints import (
@@ -18,14 +17,12 @@ from probes.instruments.hints import (
     tensor_core_problem,
 )
 from probes.monitor.monitor import Monitor
-from probes.records import StepSample
 
 MiB = 1 << 20
-CUDA_SAMPLE = StepSample(step=10, time_s=1.0, loss=2.0, tokens_per_s=1e5, step_ms=3.0,
-                         allocated_bytes=400 * MiB, reserved_bytes=2048 * MiB,
-                         peak_allocated_bytes=900 * MiB, driver_used_bytes=2600 * MiB,
-                         host_rss_bytes=3000 * MiB, scale=65536.0, skipped_steps=0, amp="fp16",
-                         device="cuda:0", alloc_retries=0, ooms=0)
+CUDA_SAMPLE = make_sample(10, tokens_per_s=1e5, step_ms=3.0, allocated_bytes=400 * MiB,
+                          reserved_bytes=2048 * MiB, peak_allocated_bytes=900 * MiB,
+                          driver_used_bytes=2600 * MiB, host_rss_bytes=3000 * MiB,
+                          scale=65536.0, amp="fp16", device="cuda:0", alloc_retries=0, ooms=0)
 
 
 def test_every_hint_is_defined_once_with_text():
@@ -69,8 +66,9 @@ def test_cpu_bf16_is_hinted_only_where_it_is_emulated():
 
 
 def _hints(run_dir):
-    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return rows, [r["hint"] for r in rows if r.get("event") == "hint"]
+    """The run's event rows, and the names of its hints in order."""
+    _, events = metrics_rows(run_dir)
+    return events, [e["hint"] for e in events if e["event"] == "hint"]
 
 
 def _monitor(model, opt, tmp_path, **kw):
@@ -98,9 +96,9 @@ def test_cpu_run_shows_scaler_hints_once(tmp_path):
                     s.set(loss=loss)
             return mon.run_dir
 
-    rows, hints = _hints(in_thread(run))
+    events, hints = _hints(in_thread(run))
     assert sorted(hints) == ["many_skipped_steps", "scale_collapse"]
-    ev = R.Event.from_json(next(r for r in rows if r.get("hint") == "scale_collapse"))
+    ev = R.Event.from_json(next(e for e in events if e.get("hint") == "scale_collapse"))
     assert "fell below 1" in ev.summary()
 
 

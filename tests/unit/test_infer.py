@@ -1,5 +1,6 @@
 """`memtop infer`: prefill/decode rows, the KV cache against its formula, the phase profiler
-windows, the report, weights from `memtop train`, and the refusals (one line, exit 2)."""
+windows, the report, weights from `memtop train`, and the refusals (one line, exit 2; in a real
+process: tests/integration/test_infer_process.py)."""
 
 from __future__ import annotations
 
@@ -7,30 +8,12 @@ import json
 import pickle
 
 import pytest
-from conftest import in_thread, run_cli
+from factories import in_thread, make_sample, run_infer
 
 from probes import records as R
 from probes.records import StepSample
 from probes.runfolder import create_run_dir, read_metrics
 from probes.tools.kvcache import admission, kv_bytes_per_token, kv_cache_bytes
-
-TINY = dict(device="cpu", layers=1, heads=2, dim=32, block_size=32, batch_size=2, prompt_len=8,
-            new_tokens=8, requests=2, baseline_tokens=4, profile_phase="none")
-
-
-def run_infer(tmp_path, control=None, **overrides):
-    from trainer.infer import InferenceRunner
-    from trainer.infer_config import InferConfig, prepare_model
-
-    cfg = InferConfig(**{**TINY, "run_dir": str(tmp_path / "runs"), **overrides})
-    spec = prepare_model(cfg)
-    run_dir = create_run_dir(cfg.run_dir)
-    runner = InferenceRunner(cfg, spec, run_dir, control=control, listen=False,
-                             freeze_gc=False)
-    code = in_thread(runner.run)
-    steps, events, bad = read_metrics(run_dir / "metrics.jsonl")
-    assert bad == 0
-    return code, run_dir, steps, events
 
 
 def test_kv_formula():
@@ -69,7 +52,7 @@ def test_rows_have_phases_and_the_cache_grows_as_predicted(tmp_path):
     assert base["same_tokens"] is True and base["tokens"] == 4
     assert kinds[-1] == R.RUN_FINISHED and events[-1]["reason"] == "finished"
     # training rows stay as they were: no inference fields in their JSON
-    train_row = StepSample(1, 0.1, 1.0, 1.0, 1.0, 1, 1, 1, 1, 1, None, 0, "off", "cpu").to_json()
+    train_row = make_sample(1, amp="off").to_json()
     assert "phase" not in train_row and "kv_cache_bytes" not in train_row
 
 
@@ -199,19 +182,17 @@ def test_refusals(tmp_path, capsys):
     assert not (tmp_path / "runs").exists()  # nothing was started
 
 
-def test_refusal_in_a_real_process(tmp_path):
-    result = run_cli("infer", "--headless", "--device", "cpu", "--new-tokens", "200",
-                     "--run-dir", str(tmp_path / "runs"))
-    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
-    assert "past the model's block size" in result.stderr
+def _decode_step(request: int) -> StepSample:
+    """A decode step at context 12 whose KV cache is exactly the formula's."""
+    return make_sample(5, loss=None, tokens_per_s=800.0, step_ms=2.5, phase="decode", tokens=2,
+                       request=request, context_tokens=12, kv_cache_bytes=1536,
+                       kv_cache_predicted_bytes=1536)
 
 
 def test_infer_line():
     from tui.headless_infer import format_infer_line
 
-    s = StepSample(5, 1.0, None, 800.0, 2.5, 100, 200, 300, 400, 400, None, 0, "bf16", "cpu",
-                   phase="decode", tokens=2, request=1, context_tokens=12, kv_cache_bytes=1536,
-                   kv_cache_predicted_bytes=1536)
+    s = _decode_step(request=1)
     line = format_infer_line(s)
     assert line.startswith("decode") and "ctx    12" in line and "+0.0%" in line
 
@@ -224,13 +205,11 @@ def test_pane_texts_fit_80_columns():
     wide, narrow = admission_text(adm, 200), admission_text(adm, 78)
     assert "limited by the KV cache" in wide and len(narrow) <= 78
     assert narrow.startswith(f"admits {adm['sequences_fit']} × 128-token") and "KV cache" in narrow
-    s = StepSample(5, 1.0, None, 800.0, 2.5, 100, 200, 300, 400, 400, None, 0, "bf16", "cpu",
-                   phase="decode", tokens=2, request=2, context_tokens=12, kv_cache_bytes=1536,
-                   kv_cache_predicted_bytes=1536)
+    s = _decode_step(request=2)
     top, sub = kv_lines(s, 128, 38)
     assert len(top) <= 38 and "+0.0%" in top and sub.startswith("ctx 12/128")
-    pre = StepSample(4, 0.9, None, 400.0, 40.0, 1, 1, 1, 1, 1, None, 0, "bf16", "cpu",
-                     phase="prefill", tokens=16, request=2)
+    pre = make_sample(4, loss=None, tokens_per_s=400.0, step_ms=40.0, phase="prefill", tokens=16,
+                      request=2)
     p_line, d_line = phase_lines([pre], [s], 38)
     assert p_line.startswith("prefill 400 tok/s") and "TTFT p50 40.0 ms" in p_line
     assert d_line.startswith("decode  800 tok/s") and len(d_line) <= 38

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import wait_for
+from factories import run_infer, wait_for
 
 from probes.runfolder import create_run_dir
 
@@ -45,8 +45,6 @@ async def test_infer_dashboard_shows_the_cache_growing(tmp_path, size):
 
 async def test_view_of_a_finished_inference_run(tmp_path):
     """`memtop view RUN` on an inference run folder: the same panes, from the files alone."""
-    from test_infer import run_infer
-
     from tui.app import MemtopApp
 
     code, run_dir, _, _ = run_infer(tmp_path)

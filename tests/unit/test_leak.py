@@ -7,7 +7,7 @@ import random
 import time
 
 import pytest
-from conftest import wait_until
+from factories import RecordSink, make_sample, run_context, wait_until
 
 from probes.control.requests import RunControl
 from probes.instruments.leak import (
@@ -19,7 +19,7 @@ from probes.instruments.leak import (
     likely_cause,
     theil_sen_slope,
 )
-from probes.records import Event, StepSample
+from probes.records import Event
 from probes.runfolder import create_run_dir, read_metrics
 from trainer.loop import Trainer
 
@@ -202,20 +202,8 @@ GRAPH_SIZED = dict(layers=4, warmup_steps=5)
 LOGITS_SIZED = dict(batch_size=16, seq_len=128, block_size=128, warmup_steps=5)
 
 
-class Collect:
-    def __init__(self) -> None:
-        self.samples: list[StepSample] = []
-        self.events: list[Event] = []
-
-    def __call__(self, record) -> None:
-        (self.samples if isinstance(record, StepSample) else self.events).append(record)
-
-    def named(self, name: str) -> list[Event]:
-        return [e for e in self.events if e.event == name]
-
-
-def train(config, hooks, control: RunControl | None = None, sink: Collect | None = None):
-    sink = sink or Collect()
+def train(config, hooks, control: RunControl | None = None):
+    sink = RecordSink()
     trainer = Trainer(config, create_run_dir(config.run_dir), control=control, sinks=[sink],
                       hooks=hooks)
     trainer.start()
@@ -299,32 +287,25 @@ def test_leak_demo_toggled_through_the_control_object(tiny_config):
 
 def test_on_cuda_device_and_host_heap_are_two_series(tmp_path):
     """No GPU here: the records a CUDA run would produce, read with the real host heap."""
-    import types
-
     import torch
 
-    from probes.instruments.hooks import RunContext, StepTensors
+    from probes.instruments.hooks import StepTensors
 
     events: list[Event] = []
     total = 80 * 1024 * MIB
-    ctx = RunContext(config=types.SimpleNamespace(warmup_steps=3), model=None, optimizer=None,
-                     scaler=None, device=torch.device("cuda", 0), amp="fp16", run_dir=tmp_path,
-                     memory=None, emit=events.append, elapsed_s=lambda: 0.0,
-                     device_total_bytes=total)
     watch = LeakWatch()
-    watch.setup(ctx)
+    watch.setup(run_context(tmp_path, device=torch.device("cuda", 0), amp="fp16",
+                            emit=events.append, device_total_bytes=total))
     assert set(watch.detectors) == {"device_allocated", "host_heap"}
     # logits of a B=16, T=128 fp16 run, on the meta device: sizes without memory or compute
     logits = torch.empty(16, 128, 256, dtype=torch.float16, device="meta")
     tensors = StepTensors(loss=torch.empty((), device="meta"), output=logits)
     for step in range(1, 41):
         allocated = 2 * 1024 * MIB + (1 * MIB * (step - 20) if step > 20 else 0)
-        sample = StepSample(
-            step=step, time_s=0.1 * step, loss=1.0, tokens_per_s=1.0, step_ms=90.0,
-            allocated_bytes=allocated, reserved_bytes=allocated + 64 * MIB,
+        sample = make_sample(
+            step, step_ms=90.0, allocated_bytes=allocated, reserved_bytes=allocated + 64 * MIB,
             peak_allocated_bytes=allocated, driver_used_bytes=allocated + 600 * MIB,
-            host_rss_bytes=3 * 1024 * MIB, scale=65536.0, skipped_steps=0, amp="fp16",
-            device="cuda:0")
+            host_rss_bytes=3 * 1024 * MIB, scale=65536.0, amp="fp16", device="cuda:0")
         watch.end_step(step, tensors, sample)
     (alert,) = [e for e in events if e.event == "leak_suspected"]
     data = alert.data

@@ -5,14 +5,15 @@ nothing alive."""
 from __future__ import annotations
 
 import gc
-import json
 import weakref
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import in_thread
+from factories import events_named, in_thread, make_sample, metrics_rows, run_context
 
+from probes.counters.memory import MemoryProbe
+from probes.instruments.hooks import StepTensors
 from probes.instruments.ledger import Ledger, activation_prediction
 from probes.instruments.tensor_bytes import SavedTensorMeter, unique_bytes
 from probes.runfolder import create_run_dir
@@ -21,8 +22,14 @@ from trainer.model import GPT, GPTConfig
 
 
 def _ledger_events(run_dir: Path) -> list[dict]:
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return [r for r in rows if r.get("event") == "ledger"]
+    return events_named(run_dir, "ledger")
+
+
+def _set_up(ledger: Ledger, tmp_path: Path, model: torch.nn.Module, warmup_steps: int) -> Ledger:
+    """The ledger on a CPU loop with ``model`` that runs until stopped, as a loop sets it up."""
+    ledger.setup(run_context(tmp_path, model=model, optimizer=torch.optim.AdamW(model.parameters()),
+                             memory=MemoryProbe(torch.device("cpu")), warmup_steps=warmup_steps))
+    return ledger
 
 
 def _run(config, ledger: Ledger) -> Path:
@@ -89,9 +96,8 @@ def test_ledger_event_only_when_it_changes(tiny_config):
     assert 1 <= len(_ledger_events(run_dir)) <= 3  # same shapes: the exact lines never move
 
 
-def test_sampling_schedule():
-    ledger = Ledger(every=50)
-    ledger._first = 6  # what setup() derives from warmup_steps=5
+def test_sampling_schedule(tmp_path):
+    ledger = _set_up(Ledger(every=50), tmp_path, torch.nn.Linear(2, 2), warmup_steps=5)
     due = [s for s in range(1, 200) if ledger.due(s)]
     assert due == [6, 56, 106, 156]
 
@@ -160,19 +166,34 @@ class _BrokenLedger(Ledger):
 def test_a_ledger_failure_never_fails_the_training(tiny_config):
     ledger = _BrokenLedger(every=1)
     run_dir = _run(tiny_config(steps=5), ledger)  # _run asserts the trainer exited 0
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    failed = [r for r in rows if r.get("event") == "ledger_failed"]
+    steps, events = metrics_rows(run_dir)
+    failed = [e for e in events if e["event"] == "ledger_failed"]
     assert len(failed) == 1 and "ledger bug" in failed[0]["message"]
     assert ledger.measured_steps == [] and not ledger.due(4)
-    assert sum(1 for r in rows if "event" not in r) == 5
+    assert len(steps) == 5
 
 
-def test_a_new_batch_shape_is_measured_at_the_next_step():
-    from probes.instruments.hooks import StepTensors
+def test_a_new_batch_shape_is_measured_at_the_next_step(tmp_path):
+    """A step measured on B=4, T=16 batches (the first after warmup 5), then a step of B=8:
+    the ledger measures the next step, not 50 steps later."""
 
-    ledger = Ledger(every=50)
-    ledger._first, ledger._shape = 6, (4, 16)
-    assert not ledger.due(20)
-    logits = torch.zeros(8, 16, 3)
-    ledger.end_step(19, StepTensors(loss=logits.sum(), output=logits), sample=None)
-    assert ledger.due(20)
+    def run():
+        torch.manual_seed(0)
+        model = GPT(GPTConfig(block_size=32, n_layer=1, n_head=2, n_embd=32))
+        ledger = _set_up(Ledger(every=50), tmp_path, model, warmup_steps=5)
+        x = torch.randint(0, 256, (4, 16))
+        with ledger.step_context(6):
+            logits, loss = model(x, x)
+            loss.backward()
+            ledger.ctx.optimizer.step()
+            ledger.ctx.optimizer.zero_grad(set_to_none=True)
+        ledger.end_step(6, StepTensors(loss=loss, output=logits), make_sample(6))
+        measured, due_before = list(ledger.measured_steps), ledger.due(20)
+        wider = torch.zeros(8, 16, 3)
+        ledger.end_step(19, StepTensors(loss=wider.sum(), output=wider), sample=None)
+        return measured, due_before, ledger.due(20)
+
+    measured, due_before, due_after = in_thread(run)
+    assert measured == [6]
+    assert not due_before
+    assert due_after

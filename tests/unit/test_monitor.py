@@ -4,13 +4,12 @@ GradScaler, gradient accumulation, controls through the socket, and the errors b
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import threading
 
 import pytest
 import torch
-from conftest import ROOT, in_thread
+from factories import ROOT, in_thread, metrics_rows
 from torch import nn
 
 from probes import MemtopError, Monitor
@@ -23,11 +22,6 @@ import grad_accum  # noqa: E402
 import own_loop  # noqa: E402
 
 
-def _rows(run_dir):
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return [r for r in rows if "event" not in r], [r for r in rows if "event" in r]
-
-
 def _newest(folder):
     (run,) = [p for p in folder.iterdir() if p.is_dir()]
     return run
@@ -37,7 +31,7 @@ def test_own_loop_example_writes_a_complete_run_folder(tmp_path):
     assert in_thread(own_loop.main, ["--steps", "7", "--batch-size", "4",
                                      "--run-dir", str(tmp_path)]) == 0
     run = _newest(tmp_path)
-    steps, events = _rows(run)
+    steps, events = metrics_rows(run)
     assert [r["step"] for r in steps] == list(range(1, 8))
     for r in steps:  # every row has the counters, measured
         assert r["allocated_bytes"] > 0 and r["host_rss_bytes"] > 0 and r["step_ms"] > 0
@@ -52,7 +46,7 @@ def test_own_loop_example_writes_a_complete_run_folder(tmp_path):
 def test_gradient_accumulation_counts_optimizer_steps(tmp_path):
     assert in_thread(grad_accum.main, ["--steps", "3", "--micro-batches", "3", "--seq-len", "8",
                                        "--batch-size", "2", "--run-dir", str(tmp_path)]) == 0
-    steps, _ = _rows(_newest(tmp_path))
+    steps, _ = metrics_rows(_newest(tmp_path))
     assert [r["step"] for r in steps] == [1, 2, 3]  # one row per optimizer step
     assert all(r["micro_batches"] == 3 for r in steps)
     # tokens/s counts every micro-batch's tokens over the whole optimizer step
@@ -88,7 +82,7 @@ def _amp_scaler_run(tmp_path):
 def test_amp_with_gradscaler_counts_the_skipped_step(tmp_path):
     mon, unchanged = in_thread(_amp_scaler_run, tmp_path)
     assert unchanged  # the scaler really skipped the optimizer step
-    steps, _ = _rows(mon.run_dir)
+    steps, _ = metrics_rows(mon.run_dir)
     assert [r["skipped_steps"] for r in steps] == [0, 0, 1, 1, 1]
     assert [r["scale"] for r in steps] == [1024.0, 1024.0, 512.0, 512.0, 512.0]
     assert steps[2]["loss"] is None  # inf has no JSON spelling: the row says null, not a number
@@ -114,7 +108,7 @@ def _ledger_run(tmp_path):
 
 def test_ledger_on_a_model_that_is_not_the_gpt_says_measured_only(tmp_path):
     mon = in_thread(_ledger_run, tmp_path)
-    _, events = _rows(mon.run_dir)
+    _, events = metrics_rows(mon.run_dir)
     ledger = next(e for e in events if e["event"] == "ledger")
     lines = {ln["name"]: ln for ln in ledger["lines"]}
     assert lines["saved activations"]["formula"] == "measured only"
@@ -150,7 +144,7 @@ def test_a_viewer_stop_request_ends_the_loop_through_should_stop(tmp_path):
     asked, answer = threading.Event(), {}
     mon = in_thread(_stopped_from_socket, tmp_path, asked, answer)
     assert answer["ok"] and mon.step_count == 3  # acted on at the next step boundary
-    _, events = _rows(mon.run_dir)
+    _, events = metrics_rows(mon.run_dir)
     assert events[-1] == {**events[-1], "event": "run_finished", "reason": "stopped by test"}
 
 
@@ -176,15 +170,6 @@ def test_bad_use_gets_one_memtop_error(tmp_path):
         mon.step()
     assert isinstance(err.value, MemtopError) and isinstance(err.value, RuntimeError)
     mon.close()  # twice is fine
-
-
-def test_import_probes_pulls_in_no_textual():
-    code = ("import sys, probes.monitor.monitor, probes.runfolder, probes.analysis.report.build; "
-            "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('textual', 'tui')); "
-            "print(bad); sys.exit(1 if bad else 0)")
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120)
-    assert done.returncode == 0, done.stdout + done.stderr
 
 
 def _wrapped_runs(tmp_path):
@@ -217,6 +202,6 @@ def _wrapped_runs(tmp_path):
 
 def test_models_wrapped_by_torch_compile_or_ddp(tmp_path):
     for name, mon in in_thread(_wrapped_runs, tmp_path).items():
-        steps, events = _rows(mon.run_dir)
+        steps, events = metrics_rows(mon.run_dir)
         assert [r["micro_batches"] for r in steps] == [1, 1, 1], name  # forward hook fired
         assert events[-1]["reason"] == "finished", name

@@ -6,15 +6,14 @@ from __future__ import annotations
 import math
 
 import pytest
+from factories import make_sample
 
-from probes.records import StepSample
 from tui import panes as p
 from tui.widgets.help_screen import counter_paragraphs, help_markup
 
-SAMPLE = StepSample(step=3, time_s=1.0, loss=2.5, tokens_per_s=None, step_ms=40.0,
-                    allocated_bytes=1, reserved_bytes=2, peak_allocated_bytes=3,
-                    driver_used_bytes=4, host_rss_bytes=5, scale=8.0, skipped_steps=1,
-                    amp="fp16", device="cpu", samples_per_s=12.0)
+# a CPU run of the Monitor counting samples (no tokens), with a scaler that skipped a step
+SAMPLE = make_sample(3, tokens_per_s=None, samples_per_s=12.0, driver_used_bytes=4, scale=8.0,
+                     skipped_steps=1, amp="fp16")
 
 
 def test_ids_are_unique_and_the_grid_holds_every_pane_in_its_rows():

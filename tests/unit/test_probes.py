@@ -7,11 +7,11 @@ import math
 
 import pytest
 import torch
-from conftest import in_thread
+from factories import in_thread, make_sample
 
 from probes.counters.memory import MemoryProbe, RssReader, heap_counters
 from probes.counters.nvml import NvmlPoller
-from probes.records import STEP_FIELDS, Event, StepSample
+from probes.records import STEP_FIELDS, Event
 from probes.runfolder import MetricsWriter, create_run_dir, read_metrics
 from probes.tools.ring import Ring
 from probes.tools.units import format_bytes, format_rate, parse_size
@@ -107,19 +107,12 @@ def test_ring_is_bounded_and_counts_drops():
     assert ring.drain() == []
 
 
-def _sample(step: int, loss: float = 1.0) -> StepSample:
-    return StepSample(step=step, time_s=0.1 * step, loss=loss, tokens_per_s=1e3, step_ms=5.0,
-                      allocated_bytes=10, reserved_bytes=20, peak_allocated_bytes=15,
-                      driver_used_bytes=None, host_rss_bytes=30, scale=None, skipped_steps=0,
-                      amp="bf16", device="cpu")
-
-
 def test_metrics_file_is_valid_json_per_line_and_nan_becomes_null(tmp_path):
     run = create_run_dir(tmp_path)
     writer = MetricsWriter(run / "metrics.jsonl")
     writer.write(Event("run_started", 0, 0.0, {"amp": "bf16"}))
-    writer.write(_sample(1))
-    writer.write(_sample(2, loss=math.nan))
+    writer.write(make_sample(1, loss=1.0))
+    writer.write(make_sample(2, loss=math.nan))
     writer.write(Event("ledger", 2, 0.2, {"lines": {"a": [1.0, -math.inf]}}))
     writer.close()
     lines = (run / "metrics.jsonl").read_text().splitlines()

@@ -1,19 +1,14 @@
-"""Faults injected for real: signals, a raise in the step, inf loss, a full disk, a memory cap."""
+"""Faults injected for real in a trainer of this process: a raise in the step, inf loss, a full
+disk, a memory cap, a stop inside a profiler window (signals and exit codes of a headless
+process: tests/integration/test_headless_process.py)."""
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import signal
-import subprocess
-import sys
-import threading
 
 import torch
-from conftest import ROOT, in_thread, run_cli
-from test_cli import TINY_ARGS
-from test_trainer import Collect
+from factories import RecordSink, in_thread
 
 from probes.control.requests import RunControl
 from probes.counters.memory import RssReader
@@ -35,7 +30,7 @@ class AtStep(StepHook):
 
 
 def _run(config, hooks=(), control=None):
-    sink = Collect()
+    sink = RecordSink()
     run_dir = create_run_dir(config.run_dir)
     trainer = Trainer(config, run_dir, control=control, sinks=[sink], hooks=list(hooks))
     in_thread(trainer.run)
@@ -75,7 +70,7 @@ def test_full_disk_stops_cleanly_and_keeps_the_ui_informed(tiny_config):
     cfg = tiny_config(steps=50)
     run_dir = create_run_dir(cfg.run_dir)
     os.symlink("/dev/full", run_dir / "metrics.jsonl")  # every write fails with ENOSPC
-    sink = Collect()
+    sink = RecordSink()
     trainer = Trainer(cfg, run_dir, sinks=[sink])
     in_thread(trainer.run)
     assert trainer.exit_code == 1 and trainer.write_failed
@@ -103,82 +98,12 @@ def test_memory_guard_stops_a_leak_before_the_limit(tiny_config):
     assert sink.samples[-2].host_rss_bytes <= limit
 
 
-def _start_headless(tmp_path, *extra):
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.Popen(
-        [sys.executable, "-m", "tui.cli", "train", "--headless", "--steps", "0", "--log-every",
-         "1", "--run-dir", str(tmp_path), *TINY_ARGS, *extra],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        stdin=subprocess.DEVNULL)
-
-
-def _wait_for_steps(proc, n, timeout=90):
-    """Read the child's lines on a thread, so a stuck child fails the test instead of hanging."""
-    reached = threading.Event()
-
-    def read() -> None:
-        for line in proc.stdout:
-            if line.startswith("step") and int(line.split()[1]) >= n:
-                reached.set()
-        reached.set()  # EOF: let the caller look at the exit status
-
-    threading.Thread(target=read, daemon=True).start()
-    if not reached.wait(timeout) or proc.poll() is not None:
-        proc.kill()
-        raise AssertionError("the headless run did not reach the step in time")
-
-
-def _check_interrupted_run(tmp_path, signame):
-    (run,) = tmp_path.iterdir()
-    lines = (run / "metrics.jsonl").read_text().splitlines()
-    rows = [json.loads(line) for line in lines]  # every line is complete, valid JSON
-    steps = [r["step"] for r in rows if "event" not in r]
-    assert steps == list(range(1, len(steps) + 1)) and len(steps) >= 5
-    assert rows[-1]["event"] == "run_finished"
-    assert rows[-1]["reason"] == f"interrupted ({signame})"
-    return run
-
-
-def test_sigint_mid_run_keeps_every_row_and_exits_130(tmp_path):
-    proc = _start_headless(tmp_path)
-    _wait_for_steps(proc, 5)
-    proc.send_signal(signal.SIGINT)
-    proc.wait(timeout=60)
-    err = proc.stderr.read()
-    assert proc.returncode == 130, err
-    assert "Traceback" not in err
-    _check_interrupted_run(tmp_path, "SIGINT")
-
-
-def test_sigterm_mid_run_exits_143(tmp_path):
-    proc = _start_headless(tmp_path)
-    _wait_for_steps(proc, 5)
-    proc.send_signal(signal.SIGTERM)
-    proc.wait(timeout=60)
-    assert proc.returncode == 143
-    _check_interrupted_run(tmp_path, "SIGTERM")
-
-
-def test_unwritable_current_directory_is_a_clear_error():
-    result = run_cli("train", "--headless", "--steps", "1", cwd="/proc")
-    assert result.returncode == 2
-    assert "pass --run-dir" in result.stderr and "Traceback" not in result.stderr
-
-
-def test_a_failing_headless_run_exits_non_zero(tmp_path):
-    # seq-len 16 with a dim that trains, but lr = 1e30 makes the weights overflow without AMP
-    result = run_cli("train", "--headless", "--steps", "30", "--amp", "off", "--lr", "1e30",
-                     "--run-dir", str(tmp_path), *TINY_ARGS)
-    assert result.returncode == 1, result.stdout[-2000:]
-    assert "NonFiniteError" in result.stdout
-
-
 def test_stop_during_a_profiler_window_closes_it_before_run_finished(tiny_config):
     from probes.monitor import default_hooks
 
     cfg = tiny_config(steps=0, profile_at=[3], profile_active=50)
     control = RunControl()
-    sink = Collect()
+    sink = RecordSink()
 
     def stop_at_8(record) -> None:
         if getattr(record, "step", 0) == 8 and hasattr(record, "tokens_per_s"):

@@ -1,23 +1,17 @@
-"""The experiment report: every field present and consistent with metrics.jsonl, a killed run
-reported as incomplete, and `memtop report` on bad input: one line, exit 2, nothing touched."""
+"""The experiment report: every field present and consistent with metrics.jsonl, MFU on recorded
+GPU rows, junk values read as n/a, concurrent writers (a killed run reported as incomplete, and
+`memtop report` on bad input: tests/integration/test_report_cli.py)."""
 
 from __future__ import annotations
 
-import hashlib
-import io
 import json
-import os
 import re
-import signal
 import statistics
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-from conftest import ROOT, TINY, run_cli, wait_until
+from factories import TINY, copy_run, metrics_rows, run_digests, write_junk_run
 
-from probes.analysis.report import ReportError, build_report, peak_flops, write_report
+from probes.analysis.report import build_report, peak_flops, write_report
 from probes.tools.stats import percentile
 from tui.cli import main as cli_main
 
@@ -31,32 +25,6 @@ FIELDS = {
                 "peak_allocated_bytes", "peak_reserved_bytes", "driver_peak_bytes",
                 "skipped_steps", "mfu", "mfu_note", "flops_per_token"),
 }
-
-
-def _rows(run_dir: Path) -> tuple[list[dict], list[dict]]:
-    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x]
-    return [r for r in rows if "event" not in r], [r for r in rows if "event" in r]
-
-
-def _digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-@pytest.fixture(scope="module")
-def finished_run(tmp_path_factory) -> Path:
-    """One real headless run (finish_run writes the report at its end), shared by the tests."""
-    from trainer.config import TrainConfig
-    from tui.headless import run_headless
-
-    root = tmp_path_factory.mktemp("runs")
-    config = TrainConfig(**dict(TINY, steps=12, run_dir=str(root)))
-    from probes.runfolder import create_run_dir
-
-    run_dir = create_run_dir(root)
-    out = io.StringIO()
-    assert run_headless(config, run_dir, log_every=100, out=out) == 0
-    assert "memtop: report" in out.getvalue()
-    return run_dir
 
 
 def test_every_run_ends_with_a_report_consistent_with_metrics(finished_run):
@@ -74,7 +42,7 @@ def test_every_run_ends_with_a_report_consistent_with_metrics(finished_run):
     assert "only" not in rule
     assert report["model"]["vocab"] == 256
 
-    steps, events = _rows(finished_run)
+    steps, events = metrics_rows(finished_run)
     res = report["results"]
     assert report["measurement"]["steps"] == res["steps_recorded"] == len(steps) == 12
     assert res["final_loss"] == steps[-1]["loss"]
@@ -114,97 +82,15 @@ def test_percentile_is_numpy_linear():
     assert percentile([], 50) is None
 
 
-def test_killed_run_gets_an_incomplete_report(tmp_path):
-    """A real run killed with SIGKILL mid-way, then a half-written last line."""
-    root = tmp_path / "runs"
-    args = ["train", "--headless", "--device", "cpu", "--steps", "0", "--run-dir", str(root),
-            "--log-every", "1000"]
-    for key in ("layers", "heads", "dim", "seq_len", "block_size", "batch_size", "warmup_steps"):
-        args += [f"--{key.replace('_', '-')}", str(TINY[key])]
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.Popen([sys.executable, "-m", "tui.cli", *args], cwd=ROOT, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    def ledger_written():
-        found = list(root.glob("*/metrics.jsonl"))
-        return found[0] if found and '"event":"ledger"' in found[0].read_text() else None
-
-    try:
-        metrics = wait_until(ledger_written, "the run's ledger row", poll_s=0.1)
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(10)
-    run_dir = metrics.parent
-    report = build_report(run_dir)
-    assert report["complete"] is False
-    assert "no run_finished row" in report["incomplete_reasons"][0]
-    steps, _ = _rows(run_dir)
-    assert report["results"]["steps_recorded"] == len(steps) >= 3
-    assert report["ledger"] is not None
-
-    with open(metrics, "a", encoding="utf-8") as fh:
-        fh.write('{"step": 99999, "time_s": 1.0, "lo')  # killed while writing this line
-    before = {name: _digest(run_dir / name) for name in ("config.json", "metrics.jsonl")}
-    result = run_cli("report", str(run_dir))
-    assert result.returncode == 0, result.stderr
-    report = json.loads((run_dir / "report.json").read_text())
-    assert any("cut short" in r for r in report["incomplete_reasons"])
-    assert report["results"]["steps_recorded"] == len(steps)
-    assert "Incomplete run" in (run_dir / "report.md").read_text()
-    assert "incomplete run" in result.stdout
-    assert before == {name: _digest(run_dir / name) for name in ("config.json", "metrics.jsonl")}
-
-
-def _copy_run(src: Path, dst: Path) -> Path:
-    dst.mkdir()
-    for name in ("config.json", "metrics.jsonl"):
-        (dst / name).write_bytes((src / name).read_bytes())
-    return dst
-
-
-@pytest.mark.parametrize("case", ["missing", "no_metrics", "junk_metrics", "empty_metrics",
-                                  "config_not_json", "config_bad_field", "is_a_file"])
-def test_report_on_bad_input_is_one_line_and_exit_2(finished_run, tmp_path, case):
-    run_dir = tmp_path / "run"
-    if case == "missing":
-        pass
-    elif case == "is_a_file":
-        run_dir.write_text("not a folder")
-    else:
-        _copy_run(finished_run, run_dir)
-        if case == "no_metrics":
-            (run_dir / "metrics.jsonl").unlink()
-        elif case == "junk_metrics":
-            (run_dir / "metrics.jsonl").write_bytes(os.urandom(4096) + b"\n[1, 2]\n{oops\n")
-        elif case == "empty_metrics":
-            (run_dir / "metrics.jsonl").write_bytes(b"")
-        elif case == "config_not_json":
-            (run_dir / "config.json").write_text("{ batch_size: 4")
-        elif case == "config_bad_field":
-            config = json.loads((run_dir / "config.json").read_text())
-            config["seq_len"] = "sixteen"
-            (run_dir / "config.json").write_text(json.dumps(config))
-    before = {p.name: _digest(p) for p in run_dir.iterdir()} if run_dir.is_dir() else None
-    result = run_cli("report", str(run_dir), timeout=60)
-    assert result.returncode == 2, (case, result.stdout, result.stderr)
-    assert result.stdout == ""
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("memtop report: "), result.stderr
-    assert "Traceback" not in result.stderr
-    if before is not None:  # nothing written, nothing changed
-        assert before == {p.name: _digest(p) for p in run_dir.iterdir()}
-    with pytest.raises(ReportError):
-        build_report(run_dir)
-
-
 def test_report_again_replaces_only_derived_files(finished_run, tmp_path):
-    run_dir = _copy_run(finished_run, tmp_path / "again")
-    before = {name: _digest(run_dir / name) for name in ("config.json", "metrics.jsonl")}
+    run_dir = copy_run(finished_run, tmp_path / "again")
+    before = run_digests(run_dir)
     first = write_report(run_dir)
     second = write_report(run_dir)
     assert first == second == run_dir / "report.md"
     assert sorted(p.name for p in run_dir.iterdir()) == [
         "config.json", "metrics.jsonl", "report.json", "report.md"]
-    assert before == {name: _digest(run_dir / name) for name in ("config.json", "metrics.jsonl")}
+    assert before == run_digests(run_dir)
 
 
 def test_mfu_on_a_known_gpu_and_a_failed_run(tmp_path):
@@ -265,23 +151,6 @@ def test_peak_flops_skips_mig_slices():
     assert peak_flops("Tesla T4", "fp16")[0] == 65e12
 
 
-def _junk_run(tmp_path: Path, started: dict, extra: list, tail: str = "") -> Path:
-    """A run folder whose rows parse as JSON but hold values of the wrong type."""
-    run_dir = tmp_path / "junk"
-    run_dir.mkdir()
-    (run_dir / "config.json").write_text(json.dumps(dict(TINY, steps=5)))
-    rows = [{"event": "run_started", "step": 0, "time_s": 0.0, "device": "cpu",
-             "device_name": "CPU", "amp": "bf16", "params": 21984,
-             "system": {"cpu_model": "test CPU", "cpu_count": 2, "ram_bytes": 2**30}, **started}]
-    rows += [{"step": s, "time_s": s / 10, "loss": 5.0 - s / 10, "tokens_per_s": 640.0,
-              "step_ms": 100.0, "peak_allocated_bytes": 4096, "reserved_bytes": 8192,
-              "driver_used_bytes": 2**20, "skipped_steps": 0} for s in range(1, 6)]
-    rows += extra + [{"event": "run_finished", "step": 5, "time_s": 0.6, "reason": "finished"}]
-    text = "".join(json.dumps(r) + "\n" for r in rows)
-    (run_dir / "metrics.jsonl").write_text(text + tail)
-    return run_dir
-
-
 LEDGER = {"event": "ledger", "step": 3, "sampled_step": 3, "total_measured_bytes": 0,
           "allocated_bytes": 4096}
 JUNK = {
@@ -307,7 +176,7 @@ def test_report_ignores_wrongly_typed_values(tmp_path, capsys, case):
     """Type junk from a foreign or hand-edited file: the report still comes out, junk as n/a."""
     started, extra, expect = JUNK[case]
     tail = "[" * 100_000 + "\n" if case == "nested_brackets" else ""  # RecursionError in json
-    run_dir = _junk_run(tmp_path, started, extra, tail)
+    run_dir = write_junk_run(tmp_path, started, extra, tail)
     assert cli_main(["report", str(run_dir)]) == 0, capsys.readouterr().err
     out, err = capsys.readouterr()
     assert err == "" and out.startswith("memtop: report ")
@@ -317,24 +186,11 @@ def test_report_ignores_wrongly_typed_values(tmp_path, capsys, case):
         assert report["rows"]["unreadable"] == 1 and not report["complete"]
 
 
-def test_report_on_unforeseen_content_is_one_line_and_exit_2(tmp_path):
-    """A params count too large for a float passes every type check and then overflows: the
-    catch-all turns what would be a crash (exit 1) into one line and exit 2."""
-    run_dir = _junk_run(tmp_path, {"params": 10**400}, [])
-    result = run_cli("report", str(run_dir), timeout=60)
-    assert result.returncode in (0, 2), result.stderr  # 0 once such a value is checked too
-    assert "Traceback" not in result.stderr
-    if result.returncode == 2:
-        lines = result.stderr.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith("memtop report: "), result.stderr
-        assert not (run_dir / "report.md").exists()
-
-
 def test_concurrent_writers_are_serialised(finished_run, tmp_path):
     """`r` twice, or `r` with the quit thread: several threads write the same run's report."""
     import threading
 
-    run_dir = _copy_run(finished_run, tmp_path / "busy")
+    run_dir = copy_run(finished_run, tmp_path / "busy")
     errors: list[BaseException] = []
 
     def write() -> None:

@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import TINY
+from factories import TINY
 
 from probes.analysis.report import ReportError, build_report, write_report
 from probes.analysis.report.context import load_context

@@ -1,18 +1,11 @@
 """`memtop sweep`: the fit on synthetic numbers, cell classification (OOM, failed), the files a
-sweep writes, refusals, and one real two-cell sweep interrupted with Ctrl-C."""
+sweep writes, refusals (a real two-cell sweep interrupted with Ctrl-C:
+tests/integration/test_sweep_process.py)."""
 
 from __future__ import annotations
 
-import json
-import os
-import signal
-import subprocess
-import sys
-import time
-
 import pytest
-from conftest import ROOT
-from test_compare import make_run
+from factories import SWEEP_ARGS, write_run
 
 from probes import records as R
 from probes.analysis.sweep import (
@@ -34,9 +27,6 @@ from probes.analysis.sweep import (
 from probes.records import Event
 from probes.runfolder import json_line
 from tui.cli import main
-
-TINY = ["--device", "cpu", "--dim", "32", "--layers", "1", "--heads", "2", "--amp", "off",
-        "--warmup-steps", "2"]
 
 
 def test_fit_recovers_a_known_quadratic_and_its_t2_share():
@@ -82,14 +72,14 @@ def test_oom_and_failed_cells_are_recorded_and_the_files_say_so(tmp_path):
     cell = Cell(4, 16, "explicit", "off", 32, 1)
     ok_root, guard_root, oom_root, bad_root, killed_root = (
         tmp_path / n for n in ("ok", "guard", "oom", "bad", "killed"))
-    make_run(ok_root / "r1")
-    make_run(guard_root / "r1", steps=3)
+    write_run(ok_root / "r1")
+    write_run(guard_root / "r1", steps=3)
     _with_event(guard_root / "r1", R.MEMORY_GUARD, counter="host RSS", watched_bytes=10,
                 limit_bytes=5)
-    make_run(oom_root / "r1", steps=3)
+    write_run(oom_root / "r1", steps=3)
     _with_event(oom_root / "r1", R.ERROR, error_type="OutOfMemoryError",
                 message="CUDA out of memory. Tried to allocate 2.00 GiB")
-    make_run(bad_root / "r1", steps=3)
+    write_run(bad_root / "r1", steps=3)
     _with_event(bad_root / "r1", R.ERROR, error_type="RuntimeError", message="shape mismatch")
     killed_root.mkdir()
     rows = [cell_result(cell, ok_root, 0, 1.0), cell_result(cell, guard_root, 0, 1.0),
@@ -116,47 +106,10 @@ def test_oom_and_failed_cells_are_recorded_and_the_files_say_so(tmp_path):
 ])
 def test_sweep_refusals_are_one_line_before_any_cell(tmp_path, capsys, args, needle):
     out = tmp_path / "sweeps"
-    assert main(["sweep", *TINY, "--out", str(out), *args]) == 2
+    assert main(["sweep", *SWEEP_ARGS, "--out", str(out), *args]) == 2
     err = capsys.readouterr().err.strip()
     assert needle in err and "\n" not in err
     assert not out.exists()  # nothing ran, nothing was written
-
-
-def test_real_sweep_interrupted_keeps_finished_cells(tmp_path):
-    """Two tiny cells; Ctrl-C while the second runs: the first is kept with its figures, the
-    second is listed as not run, and the exit status says interrupted."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    out = tmp_path / "sweeps"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tui.cli", "sweep", *TINY, "--batch-size", "2",
-         "--seq-len", "8,16", "--steps", "200", "--out", str(out)],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL, text=True)
-    second = None
-    deadline = time.monotonic() + 240
-    try:
-        while second is None:  # the second cell has started: 202 steps still to go
-            assert proc.poll() is None, proc.stdout.read()
-            assert time.monotonic() < deadline, "the second cell never started"
-            found = list(out.glob("*/cells/b2-t16-*/*/metrics.jsonl"))
-            if found and "run_started" in found[0].read_text():
-                second = found[0]
-            else:
-                time.sleep(0.2)  # polling the files the sweep writes, not timing it
-        proc.send_signal(signal.SIGINT)
-        text, _ = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 130, text
-    data = json.loads(next(out.glob("*/sweep.json")).read_text())
-    first, rest = data["cells"][0], data["cells"][1]
-    assert first["status"] == OK and first["measured_steps"] == 200
-    assert first["peak_allocated_bytes"] > 0 and first["tokens_per_s_p50"] > 0
-    assert rest["status"] == NOT_RUN and "interrupted while running" in rest["reason"]
-    assert data["not_run"] == [rest["cell"]] and data["interrupted"] is True
-    assert second.parent.is_dir()  # the partial cell's run folder is kept
-    assert "1 cell(s) not run" in text
 
 
 def test_charts_draw_explicit_and_sdpa_on_the_same_axes(tmp_path):

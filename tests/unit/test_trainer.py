@@ -5,24 +5,13 @@ from __future__ import annotations
 import math
 
 import pytest
-from conftest import wait_until
+from factories import RecordSink, in_thread, wait_until
 
 from probes.control.requests import RunControl
 from probes.instruments.hooks import StepHook
-from probes.records import STEP_FIELDS, StepSample
+from probes.records import STEP_FIELDS
 from probes.runfolder import create_run_dir, read_metrics
 from trainer.loop import Trainer
-
-
-class Collect:
-    def __init__(self) -> None:
-        self.samples: list[StepSample] = []
-        self.events = []
-        self.records = []  # both, in order
-
-    def __call__(self, record) -> None:
-        (self.samples if isinstance(record, StepSample) else self.events).append(record)
-        self.records.append(record)
 
 
 class PoisonGrad(StepHook):
@@ -51,22 +40,16 @@ class PoisonGrad(StepHook):
 
 
 def run_trainer(config, hooks=None, control=None):
-    sink = Collect()
+    sink = RecordSink()
     run_dir = create_run_dir(config.run_dir)
     trainer = Trainer(config, run_dir, control=control, sinks=[sink], hooks=hooks or [])
     code = trainer.run() if control is None else None
     return trainer, sink, run_dir, code
 
 
-def _in_thread(fn):
-    from conftest import in_thread
-
-    return in_thread(fn)
-
-
 def test_headless_run_writes_valid_rows_and_loss_falls(tiny_config):
     cfg = tiny_config(steps=60, lr=3e-3)
-    trainer, sink, run_dir, code = _in_thread(lambda: run_trainer(cfg))
+    trainer, sink, run_dir, code = in_thread(lambda: run_trainer(cfg))
     assert code == 0
     steps, events, bad = read_metrics(run_dir / "metrics.jsonl")
     assert bad == 0 and len(steps) == 60
@@ -91,8 +74,8 @@ def test_headless_run_writes_valid_rows_and_loss_falls(tiny_config):
 
 def test_clipping_sees_unscaled_gradients(tiny_config):
     """fp16 + GradScaler must report the same first-step gradient norm as an fp32 run."""
-    ref = _in_thread(lambda: run_trainer(tiny_config(steps=1, amp="off")))[1].samples[0]
-    amp = _in_thread(lambda: run_trainer(tiny_config(steps=1, amp="fp16")))[1].samples[0]
+    ref = in_thread(lambda: run_trainer(tiny_config(steps=1, amp="off")))[1].samples[0]
+    amp = in_thread(lambda: run_trainer(tiny_config(steps=1, amp="fp16")))[1].samples[0]
     assert amp.scale == 65536.0 and ref.scale is None
     # A scaled norm would be 65536x larger; fp16 rounding leaves a few percent at most.
     assert amp.grad_norm == pytest.approx(ref.grad_norm, rel=0.05)
@@ -100,7 +83,7 @@ def test_clipping_sees_unscaled_gradients(tiny_config):
 
 def test_scaler_skips_and_counts_steps_with_inf_gradients(tiny_config):
     cfg = tiny_config(steps=6, amp="fp16")
-    trainer, sink, run_dir, code = _in_thread(lambda: run_trainer(cfg, [PoisonGrad({3, 5})]))
+    trainer, sink, run_dir, code = in_thread(lambda: run_trainer(cfg, [PoisonGrad({3, 5})]))
     assert code == 0
     skipped = [s.skipped_steps for s in sink.samples]
     assert skipped == [0, 0, 1, 1, 2, 2]
@@ -110,7 +93,7 @@ def test_scaler_skips_and_counts_steps_with_inf_gradients(tiny_config):
 
 def test_non_finite_gradients_without_scaler_fail_the_run(tiny_config):
     cfg = tiny_config(steps=5, amp="off")
-    trainer, sink, run_dir, code = _in_thread(lambda: run_trainer(cfg, [PoisonGrad({2})]))
+    trainer, sink, run_dir, code = in_thread(lambda: run_trainer(cfg, [PoisonGrad({2})]))
     assert code == 1
     assert trainer.status.state == "failed"
     assert "gradient norm" in trainer.status.error
@@ -123,7 +106,7 @@ def test_non_finite_gradients_without_scaler_fail_the_run(tiny_config):
 def test_pause_stops_the_step_counter_and_stop_ends_the_thread(tiny_config):
     control = RunControl()
     cfg = tiny_config(steps=0)
-    sink = Collect()
+    sink = RecordSink()
     trainer = Trainer(cfg, create_run_dir(cfg.run_dir), control=control, sinks=[sink])
     trainer.start()
     wait_until(lambda: len(sink.samples) >= 3, "the first steps")
@@ -173,7 +156,7 @@ def test_peak_is_reset_after_warmup(tiny_config):
                 del t
 
     cfg = tiny_config(steps=6, warmup_steps=3)
-    _, sink, _, _ = _in_thread(lambda: run_trainer(cfg, hooks=[Spike()]))
+    _, sink, _, _ = in_thread(lambda: run_trainer(cfg, hooks=[Spike()]))
     peaks = [s.peak_allocated_bytes for s in sink.samples]
     step_peaks = [s.step_peak_allocated_bytes for s in sink.samples]
     assert all(sp >= s.allocated_bytes for sp, s in zip(step_peaks, sink.samples, strict=True))
@@ -191,10 +174,10 @@ def test_a_failing_sink_is_dropped_and_training_goes_on(tiny_config):
         raise BrokenPipeError("the reader went away")
 
     cfg = tiny_config(steps=5)
-    sink = Collect()
+    sink = RecordSink()
     run_dir = create_run_dir(cfg.run_dir)
     trainer = Trainer(cfg, run_dir, sinks=[broken, sink])
-    assert _in_thread(trainer.run) == 0
+    assert in_thread(trainer.run) == 0
     assert len(sink.samples) == 5 and broken not in trainer.sinks
     assert trainer.sink_errors == ["BrokenPipeError: the reader went away"]
     _, events, _ = read_metrics(run_dir / "metrics.jsonl")
@@ -211,7 +194,7 @@ def test_a_failed_assert_in_a_sink_fails_the_run_instead_of_hanging_it(tiny_conf
     run_dir = create_run_dir(cfg.run_dir)
     trainer = Trainer(cfg, run_dir, sinks=[check])
     with pytest.raises(AssertionError, match="the check in the sink failed"):
-        _in_thread(trainer.run)
+        in_thread(trainer.run)
     assert trainer.exit_code == 1 and not trainer.alive
     _, events, _ = read_metrics(run_dir / "metrics.jsonl")
     assert [e["event"] for e in events][-2:] == ["error", "run_finished"]
@@ -220,5 +203,5 @@ def test_a_failed_assert_in_a_sink_fails_the_run_instead_of_hanging_it(tiny_conf
 
 def test_fp16_on_cpu_uses_a_grad_scaler(tiny_config):
     cfg = tiny_config(steps=2, amp="fp16")
-    _, sink, _, code = _in_thread(lambda: run_trainer(cfg))
+    _, sink, _, code = in_thread(lambda: run_trainer(cfg))
     assert code == 0 and all(s.scale == 65536.0 for s in sink.samples)

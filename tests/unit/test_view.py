@@ -8,7 +8,7 @@ import stat
 import threading
 
 import pytest
-from conftest import wait_for
+from factories import wait_for
 
 from probes import records as R
 from probes.control.requests import RunControl
@@ -128,7 +128,7 @@ async def test_viewer_follows_steers_and_leaves_a_live_run(live_run):
 
 
 async def test_viewer_opens_a_finished_run_on_its_final_state(tiny_config):
-    from conftest import in_thread
+    from factories import in_thread
 
     from trainer.loop import Trainer
     from tui.app import MemtopApp
@@ -144,9 +144,9 @@ async def test_viewer_opens_a_finished_run_on_its_final_state(tiny_config):
         replayed = {e.event for e in app.source.history()[0] if isinstance(e, Event)}
         assert {R.WEIGHTS_SAVED, R.RUN_FINISHED} <= replayed
         # the past gets no default toasts (tui/live_events.py): they would say "just now"
-        assert not any(n.title in ("weights saved", "run finished") for n in app._notifications)
+        assert not any(n.title in ("weights saved", "run finished") for n in app.notices)
         await pilot.press("p")  # nothing to steer: said, not sent
-        await wait_for(pilot, lambda: any("ended" in n.message for n in app._notifications),
+        await wait_for(pilot, lambda: any("ended" in n.message for n in app.notices),
                        "the refusal")
         await pilot.press("q")
     assert list(metrics_files(trainer.run_dir)) == [None]
