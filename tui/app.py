@@ -5,9 +5,9 @@ folder another process writes (or wrote). A 2 Hz timer polls the source and upda
 changed (docs/ARCHITECTURE.md: 2 Hz kept ≥ 0.98 of the headless throughput on 2 cores, 10 Hz full
 redraws halved it). The UI never calls torch. The panes are made from the pane table
 (tui/panes.py); how each event shows is tui/live_events.py; the header, status and baseline lines
-are tui/status_bars.py; keys and quitting are tui/app_actions.py; several ranks are
-tui/app_ranks.py; running on a real terminal (fd 2, signals, the bounded shutdown) is
-tui/dashboard_run.py.
+are tui/status_bars.py; keys and quitting are tui/app_actions.py; the notices it showed are kept
+by tui/notices.py; several ranks are tui/app_ranks.py; running on a real terminal (fd 2, signals,
+the bounded shutdown) is tui/dashboard_run.py.
 """
 
 from __future__ import annotations

@@ -72,7 +72,6 @@ def test_unwritable_current_directory_is_a_clear_error():
     assert "pass --run-dir" in result.stderr and "Traceback" not in result.stderr
 
 
-@pytest.mark.slow
 def test_a_failing_headless_run_exits_non_zero(tmp_path):
     # seq-len 16 with a dim that trains, but lr = 1e30 makes the weights overflow without AMP
     result = run_cli("train", "--headless", "--steps", "30", "--amp", "off", "--lr", "1e30",

@@ -8,11 +8,13 @@ import json
 import subprocess
 import sys
 
+import pytest
 from factories import ROOT, run_cli
 
 from probes.runfolder import read_metrics
 
 
+@pytest.mark.slow
 def test_headless_profile_at_writes_files_and_stays_quiet(tmp_path):
     runs = tmp_path / "runs"
     # a window at 3 (done by 8 or 9), and one at 8 that cannot finish before the run ends at 9

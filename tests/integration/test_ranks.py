@@ -66,6 +66,7 @@ def finished_ranks_run(tmp_path_factory):
 
 
 @pytest.mark.slow  # torchrun and two ranks that import torch
+@pytest.mark.xdist_group("finished_ranks_run")  # one worker builds the run
 def test_two_ranks_write_their_own_rows_and_one_report(finished_ranks_run):
     res, run = finished_ranks_run
     assert res.returncode == 0, res.stdout + res.stderr
@@ -88,6 +89,7 @@ def test_two_ranks_write_their_own_rows_and_one_report(finished_ranks_run):
 
 
 @pytest.mark.slow  # torchrun and two ranks that import torch
+@pytest.mark.xdist_group("finished_ranks_run")  # one worker builds the run
 async def test_dashboard_shows_both_ranks_side_by_side_at_80x24(finished_ranks_run):
     from tui.app import MemtopApp
 

@@ -25,7 +25,6 @@ from factories import (
 from probes.analysis.report import ReportError, build_report
 
 
-@pytest.mark.slow
 def test_killed_run_gets_an_incomplete_report(tmp_path):
     """A real run killed with SIGKILL mid-way, then a half-written last line."""
     root = tmp_path / "runs"

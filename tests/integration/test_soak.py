@@ -3,7 +3,6 @@ resilience of the dashboard and the counters: tests/unit/test_resilience.py)."""
 
 from __future__ import annotations
 
-import pytest
 from factories import in_thread
 
 from probes.counters.memory import RssReader
@@ -13,7 +12,6 @@ from probes.tools.ring import Ring
 from trainer.loop import Trainer
 
 
-@pytest.mark.slow
 def test_short_soak_keeps_memtops_memory_flat(tiny_config):
     """500 tiny steps with every instrument and a UI-like ring: RSS must not creep per step."""
     cfg = tiny_config(steps=500)

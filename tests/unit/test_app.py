@@ -31,6 +31,7 @@ from tui.widgets.memory_chart import REF_CELLS
 CUDA_COUNTERS = counter_paragraphs("cuda")  # the help's counter section on CUDA
 
 
+@pytest.mark.slow
 async def test_panes_update_pause_resume_and_quit_joins_the_trainer(make_app):
     app = make_app()
     async with app.run_test(size=(80, 24)) as pilot:
@@ -291,6 +292,7 @@ async def test_finished_run_stays_up_as_stopped_and_saves_a_screenshot(make_app,
     assert app.return_code == 0
 
 
+@pytest.mark.slow
 async def test_profile_leak_and_report_keys_reach_the_real_trainer(make_app):
     app = make_app()
     async with app.run_test(size=(120, 40)) as pilot:

@@ -234,6 +234,7 @@ def test_real_leak_is_caught_and_cleared_in_time(tiny_config, kind, sized, withi
     assert bad == 0 and names.index("leak_suspected") < names.index("leak_cleared")
 
 
+@pytest.mark.slow
 def test_healthy_run_with_pause_and_profiler_windows_stays_quiet(tiny_config):
     from probes.instruments.profwindow import ProfilerWindow
 

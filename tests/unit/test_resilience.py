@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 
+import pytest
 from factories import wait_for
 
 from probes.counters.nvml import NvmlPoller
@@ -15,6 +16,7 @@ def _inside(widget, width: int, height: int) -> bool:
     return region.right <= width and region.bottom <= height
 
 
+@pytest.mark.slow
 async def test_resizing_mid_run_keeps_training_and_layout(make_app):
     app = make_app()
     async with app.run_test(size=(120, 40)) as pilot:

@@ -95,6 +95,7 @@ def live_run(tiny_config):
     trainer.join(120)
 
 
+@pytest.mark.slow
 async def test_viewer_follows_steers_and_leaves_a_live_run(live_run):
     from tui.app import MemtopApp
 
