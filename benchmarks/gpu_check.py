@@ -40,7 +40,7 @@ CUDA-only parts "skip"):
   cuda_n           --device cuda:N in a fresh process: no context on cuda:0, NVML by UUID
                    (NOT RUN with one GPU).
 summary.md ends with every CUDA claim as PASS / FAIL / NOT RUN. --dry-run runs no check
-and writes that table with every claim NOT RUN (tests/test_gpu_check.py runs it on CPU).
+and writes that table with every claim NOT RUN (tests/integration/test_gpu_check_dry_run.py runs it on CPU).
 """
 
 from __future__ import annotations

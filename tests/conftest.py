@@ -1,22 +1,26 @@
-"""Shared fixtures: tiny configs so the suite stays fast on two cores."""
+"""Shared fixtures: tiny configs so the suite stays fast on two cores, apps whose trainers are
+always joined, one finished run for the tests that only read it.
+
+tests/unit/ runs in the test process (threads, files, Textual's Pilot); tests/integration/
+starts processes (`python -m tui.cli`, torchrun, a pty) or soaks. `-m "not slow"` leaves out
+the tests of more than ~5 s each. What the tests build and read (samples, run folders, sinks,
+processes, waits) is tests/factories.py.
+"""
 
 from __future__ import annotations
 
+import io
 import os
 import sys
-from pathlib import Path
 
 import pytest
+from factories import ONE_THREAD, QUIET_LOGS, ROOT, TINY
 
-ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
-os.environ.setdefault("KINETO_LOG_LEVEL", "5")
-
-TINY = dict(device="cpu", layers=1, heads=2, dim=32, seq_len=16, block_size=32, batch_size=4,
-            warmup_steps=2)
+for _name, _value in {**QUIET_LOGS, **ONE_THREAD}.items():  # before any test imports torch
+    os.environ.setdefault(_name, _value)
 
 
 @pytest.fixture
@@ -30,72 +34,6 @@ def tiny_config(tmp_path):
         return TrainConfig(**values)
 
     return make
-
-
-def run_cli(*args: str, cwd: Path | None = None, timeout: float = 120,
-            env: dict | None = None):
-    """Run `python -m tui.cli ARGS` in a subprocess (real process, real exit code)."""
-    import subprocess
-
-    full_env = dict(os.environ)
-    full_env["PYTHONPATH"] = str(ROOT) + os.pathsep + full_env.get("PYTHONPATH", "")
-    if env:
-        full_env.update(env)
-    return subprocess.run([sys.executable, "-m", "tui.cli", *args], cwd=cwd or ROOT,
-                          capture_output=True, text=True, timeout=timeout, env=full_env,
-                          stdin=subprocess.DEVNULL)
-
-
-def in_thread(fn, *args, **kwargs):
-    """Run torch work off the main thread: a parallel torch op on the main thread slows every
-    later background trainer in this process ~3× (docs/ARCHITECTURE.md), and the suite shares
-    one process."""
-    import threading
-
-    box: dict = {}
-
-    def target():
-        try:
-            box["value"] = fn(*args, **kwargs)
-        except BaseException as exc:  # re-raised on the caller's thread
-            box["error"] = exc
-
-    thread = threading.Thread(target=target)
-    thread.start()
-    thread.join()
-    if "error" in box:
-        raise box["error"]
-    return box.get("value")
-
-
-# --- waiting on conditions, never on the clock -------------------------------------------------
-DEADLINE_S = 90.0  # an upper bound for a busy 2-core machine, never a duration to wait out
-
-
-def wait_until(condition, what: str, timeout_s: float = DEADLINE_S, poll_s: float = 0.01):
-    """Block until ``condition()`` is true (returns its value); AssertionError naming ``what``
-    after ``timeout_s``. For threads and processes; ``wait_for`` below is the Pilot's."""
-    import time
-
-    deadline = time.monotonic() + timeout_s
-    while not (value := condition()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(poll_s)
-    return value
-
-
-# --- the dashboard under Pilot ---------------------------------------------------------------
-
-
-async def wait_for(pilot, condition, what: str, step_s: float = 0.1) -> None:
-    """Let the app run until ``condition()`` holds; fail with ``what`` after a long deadline."""
-    waited = 0.0
-    while not condition():
-        if waited > DEADLINE_S:
-            raise AssertionError(f"timed out waiting for {what}")
-        await pilot.pause(step_s)
-        waited += step_s
 
 
 @pytest.fixture
@@ -121,3 +59,18 @@ def make_app(tiny_config, tmp_path):
         assert not app.trainer.alive
 
 
+@pytest.fixture(scope="session")
+def finished_run(tmp_path_factory):
+    """One real headless run of 12 tiny steps (finish_run writes its report), made once per
+    worker for the tests that read it; a test that changes files works on a copy."""
+    from probes.runfolder import create_run_dir
+    from trainer.config import TrainConfig
+    from tui.headless import run_headless
+
+    root = tmp_path_factory.mktemp("runs")
+    config = TrainConfig(**dict(TINY, steps=12, run_dir=str(root)))
+    run_dir = create_run_dir(root)
+    out = io.StringIO()
+    assert run_headless(config, run_dir, log_every=100, out=out) == 0
+    assert "memtop: report" in out.getvalue()
+    return run_dir

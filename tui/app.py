@@ -5,9 +5,9 @@ folder another process writes (or wrote). A 2 Hz timer polls the source and upda
 changed (docs/ARCHITECTURE.md: 2 Hz kept ≥ 0.98 of the headless throughput on 2 cores, 10 Hz full
 redraws halved it). The UI never calls torch. The panes are made from the pane table
 (tui/panes.py); how each event shows is tui/live_events.py; the header, status and baseline lines
-are tui/status_bars.py; keys and quitting are tui/app_actions.py; several ranks are
-tui/app_ranks.py; running on a real terminal (fd 2, signals, the bounded shutdown) is
-tui/dashboard_run.py.
+are tui/status_bars.py; keys and quitting are tui/app_actions.py; the notices it showed are kept
+by tui/notices.py; several ranks are tui/app_ranks.py; running on a real terminal (fd 2, signals,
+the bounded shutdown) is tui/dashboard_run.py.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from probes.tools.ring import Ring
 from tui.app_actions import AppActions
 from tui.app_ranks import RanksView
 from tui.live_events import LiveEvents
+from tui.notices import NoticeLog
 from tui.panes import PANES, chart_labels, grid_size, pane_labels, sample_values
 from tui.run_end import RunEnd
 from tui.sources import DeferredTrainer, FolderSource, RunSource, TrainerSource
@@ -60,7 +61,7 @@ FIRST_SAMPLE_POLL_S = 0.05  # until the first sample: startup target is the bare
 GEN2_EVERY = 100  # gen-1 passes between gen-2 passes once frozen (CPython's default: 10)
 
 
-class MemtopApp(LiveEvents, StatusBars, RanksView, AppActions, App[int]):
+class MemtopApp(LiveEvents, StatusBars, RanksView, AppActions, NoticeLog, App[int]):
     """One run's dashboard. Build with :meth:`for_run` (train) or :meth:`for_folder` (view)."""
 
     CSS_PATH = "memtop.tcss"
@@ -120,6 +121,7 @@ class MemtopApp(LiveEvents, StatusBars, RanksView, AppActions, App[int]):
             self.baseline = BaselineWatch(self.config["baseline"],
                                           warmup if isinstance(warmup, int) else 0)
         self._init_actions()
+        self._init_notices()
 
     @classmethod
     def for_run(cls, config: Any, run_dir: Path, autostart: bool = True, deferred: bool = False,
@@ -189,6 +191,12 @@ class MemtopApp(LiveEvents, StatusBars, RanksView, AppActions, App[int]):
     @property
     def ring(self) -> Ring[Record] | None:
         return self.source.ring if isinstance(self.source, TrainerSource) else None
+
+    @property
+    def gc_frozen(self) -> bool:
+        """Whether the UI has frozen the gc (``freeze_gc``, once the run started; undone by
+        shutdown)."""
+        return self._gc_frozen
 
     # layout ------------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:

@@ -3,7 +3,7 @@ views and tied weights count once (GPT ties wte and lm_head: one storage), and a
 ``saved_tensors_hooks`` meter records what autograd keeps for backward on a sampled step. The
 pack hook records storage pointer and size and returns ``t.detach()`` (same storage; as the
 docs advise: returning ``t`` itself ties a saved output to its own grad_fn, a cycle that even gc
-does not free, as tests/test_ledger.py shows).
+does not free, as tests/unit/test_ledger.py shows).
 """
 
 from __future__ import annotations

@@ -54,6 +54,7 @@ class MemoryChart(PlotextPlot):
         self._cache_key: tuple[int, int, int] | None = None
         self._cache: Text | None = None
         self.builds = 0  # how many times plotext actually ran (tests, benchmarks)
+        self.threaded_builds = 0  # how many of them ran off the event loop (render())
         self.threaded = True  # rebuild off the event loop (render())
         self.sync_next = False  # the next rebuild on the event loop (a screenshot wants it now)
         self._building: tuple[int, int, int] | None = None
@@ -132,13 +133,15 @@ class MemoryChart(PlotextPlot):
         except Exception:  # a plotext failure keeps the last figure
             text = None
         with contextlib.suppress(RuntimeError):  # the app has gone meanwhile
-            app.call_from_thread(self._built, key, text)
+            app.call_from_thread(self._built, key, text, True)
 
-    def _built(self, key: tuple[int, int, int], text: Text | None) -> None:
+    def _built(self, key: tuple[int, int, int], text: Text | None,
+               threaded: bool = False) -> None:
         self._building = None
         if text is not None:
             self._cache_key, self._cache = key, text
             self.builds += 1
+            self.threaded_builds += 1 if threaded else 0
         if key != (self._version, self.size.width, self.size.height) or text is not None:
             self.refresh()
 

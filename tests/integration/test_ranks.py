@@ -1,0 +1,189 @@
+"""Several ranks: `memtop train --nproc 2` on CPU (gloo) through torch.distributed.run.
+
+Each launch is a real torchrun with two real ranks; the tests wait on the files the ranks write
+(with a deadline), never on the clock.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+from factories import TINY, cli_options, read_jsonl, run_cli, start_cli, wait_for, wait_until
+
+TINY_ARGS = tuple(cli_options(dict(TINY, block_size=16, batch_size=2)))  # two ranks: B=2 each
+DEADLINE_S = 120.0
+
+
+def _run_folder(root: Path) -> Path | None:
+    runs = [p for p in root.glob("*") if p.is_dir()] if root.exists() else []
+    return runs[0] if runs else None
+
+
+def _steps(run: Path, rank: int) -> list[dict]:
+    path = run / f"metrics-rank-{rank}.jsonl"
+    if not path.exists():
+        return []
+    lines = path.read_bytes().split(b"\n")[:-1]  # complete lines only
+    return [r for r in (json.loads(x) for x in lines if x.strip()) if "event" not in r]
+
+
+def _events(run: Path, rank: int, name: str) -> list[dict]:
+    return [r for r in read_jsonl(run / f"metrics-rank-{rank}.jsonl") if r.get("event") == name]
+
+
+def _pids(run: Path) -> list[int]:
+    return [_events(run, k, "run_started")[0]["pid"] for k in (0, 1)]
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    with open(f"/proc/{pid}/stat") as fh:  # a zombie waits for its parent only
+        return fh.read().split(") ")[1].startswith("Z")
+
+
+def _launch(tmp_path: Path) -> subprocess.Popen:
+    return start_cli("train", "--headless", "--nproc", "2", "--steps", "0", "--log-every",
+                     "1000", "--run-dir", str(tmp_path / "runs"), *TINY_ARGS,
+                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+@pytest.fixture(scope="module")
+def finished_ranks_run(tmp_path_factory):
+    """`memtop train --headless --nproc 2 --steps 40` once for the tests that read it."""
+    root = tmp_path_factory.mktemp("ranks") / "runs"
+    res = run_cli("train", "--headless", "--nproc", "2", "--steps", "40", "--run-dir",
+                  str(root), *TINY_ARGS, timeout=DEADLINE_S)
+    return res, _run_folder(root)
+
+
+@pytest.mark.slow  # torchrun and two ranks that import torch
+@pytest.mark.xdist_group("finished_ranks_run")  # one worker builds the run
+def test_two_ranks_write_their_own_rows_and_one_report(finished_ranks_run):
+    res, run = finished_ranks_run
+    assert res.returncode == 0, res.stdout + res.stderr
+    names = sorted(p.name for p in run.iterdir())
+    assert "metrics.jsonl" not in names and names.count("config.json") == 1
+    for rank in (0, 1):
+        rows = read_jsonl(run / f"metrics-rank-{rank}.jsonl")
+        steps = [r for r in rows if "event" not in r]
+        assert [r["step"] for r in steps] == list(range(1, 41))
+        assert {r["rank"] for r in steps} == {rank}
+        assert _events(run, rank, "run_finished")[0]["reason"] == "finished"
+        assert f"[rank {rank}] step     40" in res.stdout
+    report = json.loads((run / "report.json").read_text())
+    assert [r["rank"] for r in report["ranks"]["per_rank"]] == [0, 1]
+    assert report["ranks"]["global_batch"] == {**report["ranks"]["global_batch"],
+                                               "ranks": 2, "sequences": 4, "tokens": 64}
+    assert "## Ranks" in (run / "report.md").read_text()
+    listed = run_cli("runs", str(run.parent))
+    assert "cpu x2" in listed.stdout and "finished" in listed.stdout
+
+
+@pytest.mark.slow  # torchrun and two ranks that import torch
+@pytest.mark.xdist_group("finished_ranks_run")  # one worker builds the run
+async def test_dashboard_shows_both_ranks_side_by_side_at_80x24(finished_ranks_run):
+    from tui.app import MemtopApp
+
+    _, run = finished_ranks_run
+    app = MemtopApp.for_folder(run)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: "slowest: rank" in app.rank_table.text, "the rank table")
+        lines = app.rank_table.text.splitlines()
+        assert [ln.split()[0] for ln in lines[1:3]] == ["0", "1"]
+        assert app.rank_table.region.height >= len(lines)  # all of it on screen
+        assert app.last_sample.rank == 0 and app.last_sample.step == 40  # panes: rank 0
+        await pilot.press("q")
+
+
+@pytest.mark.slow  # torchrun and two ranks that import torch
+def test_profile_window_on_both_ranks_at_one_step_then_sigint_stops_all(tmp_path):
+    from tui.sources import FolderSource
+
+    proc = _launch(tmp_path)
+    try:
+        wait_until(lambda: _run_folder(tmp_path / "runs") is not None, "the run folder")
+        run = _run_folder(tmp_path / "runs")
+        wait_until(lambda: all(len(_steps(run, k)) >= 3 for k in (0, 1)), "three steps per rank")
+        source = FolderSource(run)
+        source.start()
+        source.poll()
+        assert source.request("profile") is None
+        wait_until(lambda: all(_events(run, k, "profile_done") for k in (0, 1)),
+              "the profiler window on both ranks")
+        started = [_events(run, k, "profile_started")[0]["step"] for k in (0, 1)]
+        assert started[0] == started[1]
+        for rank in (0, 1):
+            folder = run / "profiles" / f"step-{started[0]}" / f"rank-{rank}"
+            assert (folder / "trace.json").stat().st_size > 0
+        pids = _pids(run)
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=DEADLINE_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + signal.SIGINT, out
+    ends = [_events(run, k, "run_finished")[0] for k in (0, 1)]
+    assert [e["reason"] for e in ends] == ["interrupted (SIGINT)"] * 2
+    assert ends[0]["step"] == ends[1]["step"]  # stopped before the same step
+    assert (run / "report.md").exists()
+    wait_until(lambda: all(_gone(p) for p in pids), "the ranks to be gone", timeout_s=10)
+
+
+@pytest.mark.slow  # torchrun and two ranks that import torch
+def test_a_killed_rank_ends_the_run_and_is_named(tmp_path):
+    from probes.analysis.ranks import read_process_exits
+
+    proc = _launch(tmp_path)
+    try:
+        wait_until(lambda: _run_folder(tmp_path / "runs") is not None, "the run folder")
+        run = _run_folder(tmp_path / "runs")
+        wait_until(lambda: all(len(_steps(run, k)) >= 3 for k in (0, 1)), "three steps per rank")
+        pids = _pids(run)
+        os.kill(pids[1], signal.SIGKILL)
+        out, _ = proc.communicate(timeout=DEADLINE_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, out
+    assert "rank 1 ended without finishing" in out and "SIGKILL" in out, out
+    assert read_process_exits(run)[1].exitcode == -signal.SIGKILL
+    rank0 = read_jsonl(run / "metrics-rank-0.jsonl")  # every line whole JSON
+    assert rank0[-1] == {**rank0[-1], "event": "run_finished", "reason": "failed"}
+    assert any("event" not in r for r in read_jsonl(run / "metrics-rank-1.jsonl"))
+    report = json.loads((run / "report.json").read_text())
+    assert report["ranks"]["failure"].startswith("rank 1 ended without finishing")
+    assert not report["complete"]
+    listed = run_cli("runs", str(tmp_path / "runs"))
+    assert "failed" in listed.stdout and "rank 1" in listed.stdout
+    wait_until(lambda: all(_gone(p) for p in pids), "the ranks to be gone", timeout_s=10)
+
+
+@pytest.mark.parametrize("args, words", [
+    (("--nproc", "0"), "--nproc must be a positive integer"),
+    (("--nproc", "2", "--device", "cuda:1"), "names one GPU"),
+])
+def test_bad_rank_counts_are_one_line_and_exit_2(tmp_path, args, words):
+    res = run_cli("train", "--headless", "--run-dir", str(tmp_path / "runs"), *args)
+    assert res.returncode == 2 and words in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_port_in_use_is_refused(tmp_path):
+    with socket.socket() as busy:
+        busy.bind(("", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        res = run_cli("train", "--headless", "--nproc", "2", "--port", str(port), "--device",
+                      "cpu", "--run-dir", str(tmp_path / "runs"))
+    assert res.returncode == 2 and f"port {port} is already in use" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1

@@ -1,0 +1,46 @@
+"""`memtop sweep` as a process: a real two-cell sweep interrupted with Ctrl-C (the fit, the cells'
+classification, the files and the refusals: tests/unit/test_sweep.py)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+
+import pytest
+from factories import SWEEP_ARGS, start_cli, wait_until
+
+from probes.analysis.sweep import NOT_RUN, OK
+
+
+@pytest.mark.slow
+def test_real_sweep_interrupted_keeps_finished_cells(tmp_path):
+    """Two tiny cells; Ctrl-C while the second runs: the first is kept with its figures, the
+    second is listed as not run, and the exit status says interrupted."""
+    out = tmp_path / "sweeps"
+    proc = start_cli("sweep", *SWEEP_ARGS, "--batch-size", "2", "--seq-len", "8,16", "--steps",
+                     "200", "--out", str(out), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                     text=True)
+
+    def second_cell_started():  # its run_started row is written: 202 steps still to go
+        assert proc.poll() is None, proc.stdout.read()
+        found = list(out.glob("*/cells/b2-t16-*/*/metrics.jsonl"))
+        return found[0] if found and "run_started" in found[0].read_text() else None
+
+    try:
+        second = wait_until(second_cell_started, "the second cell to start", timeout_s=240,
+                            poll_s=0.2)
+        proc.send_signal(signal.SIGINT)
+        text, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, text
+    data = json.loads(next(out.glob("*/sweep.json")).read_text())
+    first, rest = data["cells"][0], data["cells"][1]
+    assert first["status"] == OK and first["measured_steps"] == 200
+    assert first["peak_allocated_bytes"] > 0 and first["tokens_per_s_p50"] > 0
+    assert rest["status"] == NOT_RUN and "interrupted while running" in rest["reason"]
+    assert data["not_run"] == [rest["cell"]] and data["interrupted"] is True
+    assert second.parent.is_dir()  # the partial cell's run folder is kept
+    assert "1 cell(s) not run" in text

@@ -1,0 +1,183 @@
+"""`memtop compare`: the rules (one variable changed, noise, loss agreement), the gates, the
+refusals, and a real fp32 / bf16 pair of tiny runs."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+from factories import RUN_CONFIG, in_thread, write_run
+
+from probes import records as R
+from probes.analysis.compare.compare import (
+    changed_variables,
+    compare_runs,
+    load_run,
+    loss_agreement,
+    median_ratio,
+    one_variable_warning,
+)
+from probes.records import Event
+from probes.runfolder import json_line
+from tui.cli import main
+
+
+def test_one_variable_changed_is_detected():
+    a = dict(RUN_CONFIG)
+    one = changed_variables(a, dict(RUN_CONFIG, amp="bf16"))
+    assert [c["name"] for c in one] == ["amp"] and one_variable_warning(one) is None
+    two = changed_variables(a, dict(RUN_CONFIG, amp="bf16", batch_size=8))
+    warning = one_variable_warning(two)
+    assert warning is not None and "amp" in warning and "batch_size" in warning
+    assert changed_variables(a, dict(RUN_CONFIG)) == []
+
+
+def test_noise_rule_calls_a_shift_inside_the_noise_no_difference():
+    rng = random.Random(3)
+    a = [10 + rng.gauss(0, 1) for _ in range(200)]
+    same = [10 + rng.gauss(0, 1) for _ in range(200)]
+    slower = [13 + rng.gauss(0, 1) for _ in range(200)]
+    r = median_ratio(a, same)
+    assert r is not None and not r["measurable"] and not r["outside_band"]
+    r = median_ratio(a, slower)
+    assert r is not None and r["measurable"] and r["low"] > 1.2
+    assert median_ratio([1.0], [2.0]) is None  # too few steps for a band
+
+
+def test_loss_agreement_and_where_curves_part():
+    a = {s: 5.0 - 0.02 * s for s in range(1, 61)}
+    close = {s: v * 1.01 for s, v in a.items()}
+    ok = loss_agreement(a, close, tolerance=0.05)
+    assert ok["agree"] and ok["parted_at_step"] is None and ok["common_steps"] == 60
+    apart = {s: v + (0.1 * (s - 30) if s >= 30 else 0.0) for s, v in a.items()}
+    bad = loss_agreement(a, apart, tolerance=0.05)
+    assert not bad["agree"] and 30 < bad["parted_at_step"] < 45
+
+
+def test_compare_writes_files_and_names_the_change(tmp_path, capsys):
+    a = write_run(tmp_path / "a")
+    b = write_run(tmp_path / "b", amp="bf16", step_ms=5.0, seed=1)
+    assert main(["compare", str(a), str(b), "--out", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    assert "Changed: amp 'off' -> 'bf16'" in out and "WARNING" not in out
+    assert "faster" in out and "Precision check" in out
+    data = json.loads((tmp_path / "out" / "compare.json").read_text())
+    c = data["comparisons"][0]
+    assert c["tokens_per_s"]["measurable"] and c["tokens_per_s"]["ratio"] == pytest.approx(2, 0.1)
+    assert c["precision_check"]["agreement"]["agree"] is True
+    assert (tmp_path / "out" / "compare.md").read_text().startswith("# memtop compare")
+
+
+def test_two_changes_warn(tmp_path, capsys):
+    a = write_run(tmp_path / "a")
+    b = write_run(tmp_path / "b", amp="bf16", batch_size=8)
+    assert main(["compare", str(a), str(b), "--out", str(tmp_path)]) == 0
+    assert "WARNING: 2 variables changed (amp, batch_size)" in capsys.readouterr().out
+
+
+def test_precision_check_says_where_losses_part(tmp_path):
+    a = write_run(tmp_path / "a")
+    b = write_run(tmp_path / "b", amp="fp16", part_at=40)
+    check = compare_runs([a, b])["comparisons"][0]["precision_check"]
+    assert check["agreement"]["agree"] is False and check["agreement"]["parted_at_step"] >= 40
+
+
+@pytest.mark.parametrize("b_kw,flags,code", [
+    ({"step_ms": 13.0}, ["--fail-if-slower", "10"], 1),  # 23% slower, measurably
+    ({"step_ms": 13.0}, ["--fail-if-slower", "40"], 0),
+    ({"step_ms": 10.0, "seed": 5}, ["--fail-if-slower", "0"], 0),  # inside the noise
+    ({"peak": 1200}, ["--fail-if-bigger", "10"], 1),
+    ({"peak": 1200}, ["--fail-if-bigger", "25"], 0),
+    ({"peak": 800, "step_ms": 8.0}, ["--fail-if-bigger", "0", "--fail-if-slower", "0"], 0),
+])
+def test_fail_if_gates_exit_codes(tmp_path, capsys, b_kw, flags, code):
+    a = write_run(tmp_path / "a")
+    b = write_run(tmp_path / "b", **b_kw)
+    assert main(["compare", str(a), str(b), "--out", str(tmp_path), *flags]) == code
+    err = capsys.readouterr().err
+    assert ("FAIL" in err) == (code == 1)
+
+
+def test_refusals_are_one_line_and_exit_2(tmp_path, capsys):
+    a = write_run(tmp_path / "a")
+    other = write_run(tmp_path / "other", dim=64)
+    (tmp_path / "junk").mkdir()
+    cases = [
+        ([str(a), str(tmp_path / "junk")], "is not a memtop run folder"),
+        ([str(a), str(tmp_path / "missing")], "does not exist"),
+        ([str(a)], "at least two run folders"),
+        ([str(a), str(other)], "train different models (dim 32 vs 64); pass --force"),
+        ([str(a), str(a), "--fail-if-slower", "-3"], "must be zero or more"),
+    ]
+    for args, needle in cases:
+        assert main(["compare", *args]) == 2
+        err = capsys.readouterr().err.strip()
+        assert needle in err and "\n" not in err and "Traceback" not in err
+    assert main(["compare", str(a), str(other), "--force", "--out", str(tmp_path)]) == 0
+
+
+def test_real_fp32_and_bf16_runs_agree(tiny_config, tmp_path):
+    from trainer.loop import Trainer
+
+    def train(amp):
+        cfg = tiny_config(amp=amp, steps=25)
+        from probes.runfolder import create_run_dir
+
+        run_dir = create_run_dir(cfg.run_dir)
+        trainer = Trainer(cfg, run_dir, listen=False)
+        assert trainer.run() == 0
+        return run_dir
+
+    a, b = in_thread(train, "off"), in_thread(train, "bf16")
+    fa = load_run(a)
+    assert fa.variables["amp"] == "off" and len(fa.step_ms) == 25 - 2
+    c = compare_runs([a, b])["comparisons"][0]
+    assert [x["name"] for x in c["changed"]] == ["amp"]
+    check = c["precision_check"]
+    assert check is not None and check["finite"] == {"a": True, "b": True}
+    assert check["agreement"]["agree"] is True and check["agreement"]["common_steps"] == 25
+
+
+def test_profiler_windows_are_compared(tmp_path):
+    """Exercise 5's measurement: two runs whose one change is record_shapes, each with a
+    window; the active steps, export/analysis seconds and trace sizes are set side by side."""
+    runs = []
+    for name, shapes, trace in (("a", False, 1000), ("b", True, 3000)):
+        run = write_run(tmp_path / name, profile_record_shapes=shapes)
+        (run / "profiles" / "step-5").mkdir(parents=True)
+        (run / "profiles" / "step-5" / "trace.json").write_bytes(b"x" * trace)
+        rows = (run / "metrics.jsonl").read_text().splitlines()
+        events = [Event(R.PROFILE_STARTED, 5, 0.1, {"wait": 1, "warmup": 1, "active": 3,
+                                                    "record_shapes": shapes,
+                                                    "dir": "profiles/step-5"}),
+                  Event(R.PROFILE_ANALYSING, 9, 0.2, {"dir": "profiles/step-5",
+                                                      "export_s": 0.1 * (1 + shapes)}),
+                  Event(R.PROFILE_DONE, 12, 0.3, {"dir": "profiles/step-5", "analysis_s": 0.5,
+                                                  "top_ops": []})]
+        rows[6:6] = [json_line(e.to_json()) for e in events]
+        (run / "metrics.jsonl").write_text("\n".join(rows) + "\n")
+        runs.append(run)
+    fa = load_run(runs[0])
+    assert fa.windows[0]["active_step_ms"] and len(fa.windows[0]["active_step_ms"]) == 3
+    c = compare_runs(runs)["comparisons"][0]
+    assert [x["name"] for x in c["changed"]] == ["profile_record_shapes"]
+    p = c["profiler"]
+    assert p["a"]["trace_bytes"] == 1000 and p["b"]["trace_bytes"] == 3000
+    assert p["b"]["export_s"] == pytest.approx(0.2) and p["b"]["record_shapes"] == [True]
+
+
+def test_a_repeated_baseline_sets_the_run_to_run_noise_floor(tmp_path):
+    a = write_run(tmp_path / "a")
+    a2 = write_run(tmp_path / "a2", step_ms=12.0, seed=1)  # nothing changed, yet 20% slower
+    b = write_run(tmp_path / "b", amp="bf16", step_ms=11.0, seed=2)
+    alone = compare_runs([a, b])["comparisons"][0]
+    assert alone["tokens_per_s"]["measurable"]  # within-run noise alone calls it a change
+    result = compare_runs([a, a2, b])
+    noise = result["run_to_run_noise"]
+    assert noise["from"] == ["a2"]
+    assert noise["tokens_per_s"] == pytest.approx(1 - 1 / 1.2, abs=0.03)  # a2: 1/1.2 of A's
+    c = result["comparisons"][1]
+    assert not c["tokens_per_s"]["measurable"] and c["tokens_per_s"]["within_run_to_run_noise"]
+    assert "A/A run-to-run noise" in c["tokens_per_s_verdict"]
+    assert compare_runs([a, b])["run_to_run_noise"] is None

@@ -1,0 +1,207 @@
+"""The dashboard's pure text helpers, tested without an App."""
+
+from __future__ import annotations
+
+from factories import make_sample
+
+from probes.records import StepSample
+from probes.tools import units as u
+from tui import format as f
+from tui import format_panels as fp
+from tui import panes as p
+
+
+def test_sample_values_maps_every_pane_and_hides_nan_loss():
+    values = p.sample_values(make_sample(3, loss=float("nan"), allocated_bytes=3 * 1024**2,
+                                         driver_used_bytes=None))
+    assert set(values) == set(p.PANE_IDS)
+    assert values["loss"] is None
+    assert values["driver"] is None
+    assert values["allocated"] == 3 * 1024**2
+
+
+def test_format_value_units_and_na():
+    assert f.format_value("bytes", 1536) == "1.5 KiB"
+    assert f.format_value("bytes", None) == "n/a"
+    assert f.format_value("rate", 12345) == "12.3k"
+    assert f.format_value("ms", 42.04) == "42.0 ms"
+    assert f.format_value("ms", 2377) == "2377 ms"
+    assert f.format_value("loss", 2.5) == "2.5000"
+    assert f.format_scale(None) == "no scaler"
+    assert f.format_scale(65536.0) == "65536"
+    assert f.format_scale(2.0**24) == "2^24"
+
+
+def test_cpu_labels_are_honest_and_short_labels_fit_a_compact_pane():
+    cpu = p.pane_labels("cpu")
+    assert cpu["allocated"] == "heap in use" and cpu["driver"] == "RSS"
+    assert "sampled" in cpu["peak"]
+    assert p.pane_labels("cuda")["driver"] == "NVML used"
+    for label in p.pane_labels("cpu", short=True).values():
+        # 18 content columns at 80x24, minus a value such as "12.3 MiB" and a space
+        assert len(label) <= 9, label
+
+
+def test_label_value_line_fills_width_and_prefers_the_value():
+    line = f.label_value_line("heap in use", "12.3 MiB", 30)
+    assert len(line) == 30 and line.startswith("heap in use") and line.endswith("12.3 MiB")
+    narrow = f.label_value_line("peak heap (sampled)", "125 MiB", 18, short_label="peak (s)")
+    assert narrow.startswith("peak (s)") and narrow.endswith("125 MiB") and len(narrow) == 18
+    assert f.label_value_line("x", "a very long value", 5) == "a ve…"
+
+
+def test_range_text_uses_the_longest_form_that_fits():
+    mib = 1024**2
+    assert f.range_text("bytes", 11 * mib, 13 * mib, 40) == "min 11.0 MiB  max 13.0 MiB"
+    short = f.range_text("bytes", 11 * mib, 13 * mib, 18)
+    assert short == "min 11.0 max 13.0 MiB" or short == "11.0–13.0 MiB"
+    assert len(short) <= 18
+    assert f.range_text("loss", None, None, 20) == "min/max n/a"
+    for width in (6, 10, 14):
+        assert len(f.range_text("bytes", 1, 10 * mib, width)) <= width
+
+
+def test_state_text_shows_what_a_key_press_is_waiting_for():
+    assert f.state_text("running", None, False, False) == "running"
+    assert f.state_text("running", None, True, False) == "pausing"
+    assert f.state_text("running", "active 2/3", False, False) == "profiling"
+    assert f.state_text("paused", None, True, False) == "paused"
+    assert f.state_text("running", None, False, True) == "stopping"
+    assert f.state_text("failed", None, False, True) == "failed"
+
+
+def test_header_text_fits_80_columns_and_keeps_the_essentials():
+    kw = dict(device_name="NVIDIA GeForce RTX 4090", device_total=24 * 1024**3, amp="fp16",
+              batch=16, seq=128, params=842496, step=123456, elapsed_s=3725, state="PROFILING")
+    for width in (80, 120):
+        text = f.header_text(width=width, **kw)
+        assert len(text) <= width
+        assert "step 123456" in text and "1:02:05" in text and "PROFILING" in text
+    assert "memtop" in f.header_text(width=120, **kw)
+
+
+def test_clock_duration_and_count():
+    assert u.format_clock(59) == "0:59" and u.format_clock(3725) == "1:02:05"
+    assert u.format_clock(None) == "n/a"
+    assert u.format_duration(30) == "30 s"
+    assert u.format_duration(7260) == "2 h 1 min"
+    assert u.format_count(842496) == "0.84M"
+    assert u.format_steps(950) == "950" and u.format_steps(12500) == "12k"
+    assert u.format_us(1500) == "1.50 ms" and u.format_us(None) == "n/a"
+    assert u.format_us(None, na="-") == "-"
+
+
+def test_leak_alert_line_says_rate_since_and_time_to_full():
+    data = {"counter": "host_heap", "bytes_per_step": 150 * 1024, "since_step": 40,
+            "window_steps": 20, "capacity_bytes": 16 * 1024**3, "steps_to_full": 110000,
+            "seconds_to_full": 5400.0, "hint": "log loss.item()"}
+    line = fp.leak_alert_line(data, 50)
+    assert "host heap" in line and "150 KiB/step" in line and "since step 40" in line
+    assert "16.0 GiB" in line and "1 h 30 min" in line and "~110k steps" in line
+    lines, hint = fp.leak_banner_text({"host_heap": data})
+    assert hint == "log loss.item()" and lines == line
+    compact = fp.leak_alert_line(data, 50, compact=True)
+    assert len("LEAK: " + compact) <= 78  # one line on an 80-column terminal
+    assert "+150 KiB/step" in compact and "since step 40" in compact and "1 h 30 min" in compact
+
+
+def test_counter_pane_mapping_per_device():
+    assert p.counter_pane("host_heap", "cpu") == "allocated"
+    assert p.counter_pane("host_rss", "cpu") == "driver"
+    assert p.counter_pane("device_allocated", "cuda") == "allocated"
+    assert p.counter_pane("host_heap", "cuda") is None
+
+
+OPS = [
+    {"name": "aten::mm", "calls": 10, "self_cpu_us": 300.0, "cpu_total_us": 310.0,
+     "self_device_us": None, "device_total_us": None, "cpu_memory_bytes": None,
+     "device_memory_bytes": None},
+    {"name": "aten::copy_", "calls": 900, "self_cpu_us": 250.0, "cpu_total_us": 500.0,
+     "self_device_us": None, "device_total_us": None, "cpu_memory_bytes": None,
+     "device_memory_bytes": None},
+    {"name": "autograd::engine::evaluate_function: ScaledDotProductAttentionBackward0",
+     "calls": 2, "self_cpu_us": 5.0, "cpu_total_us": None, "self_device_us": None,
+     "device_total_us": None, "cpu_memory_bytes": None, "device_memory_bytes": None},
+]
+
+
+def test_op_columns_hide_what_was_not_measured_and_sort_cycles():
+    cols = fp.op_columns(OPS)
+    assert cols == ["calls", "self_cpu_us", "cpu_total_us"]
+    key = fp.default_sort_key("cpu", cols)
+    assert key == "cpu_total_us"
+    assert fp.default_sort_key("device", cols) == "cpu_total_us"  # no device column here
+    assert [op["name"] for op in fp.sort_ops(OPS, key)][:2] == ["aten::copy_", "aten::mm"]
+    assert fp.sort_ops(OPS, key)[-1]["cpu_total_us"] is None  # missing values sort last
+    seen = [key]
+    for _ in range(len(cols)):
+        seen.append(fp.next_sort_key(seen[-1], cols))
+    assert seen[-1] == key and set(seen) == set(cols)
+
+
+def test_shorten_op_keeps_width_and_meaningful_ends():
+    name = OPS[2]["name"]
+    short = fp.shorten_op(name, 30)
+    assert len(short) <= 30 and short.startswith("bwd: ") and short.endswith("Backward0")
+    assert fp.shorten_op("aten::mm", 30) == "aten::mm"
+    assert len(fp.shorten_op("x" * 100, 12)) == 12
+
+
+def test_ledger_rows_and_footer():
+    data = {"lines": [{"name": "parameters", "measured_bytes": 1024, "predicted_bytes": 1024,
+                       "formula": "P × 4 B", "note": ""},
+                      {"name": "allocator cache", "measured_bytes": 2048,
+                       "predicted_bytes": None, "formula": "", "note": "reserved − allocated"}],
+            "total_measured_bytes": 1024, "allocated_bytes": 4096, "reserved_bytes": 8192,
+            "sampled_step": 7}  # the total counts exact tensor lines only, not the cache
+    rows = fp.ledger_rows(data)
+    assert rows[0] == ("parameters", "1.0 KiB", "1.0 KiB", "P × 4 B")
+    assert rows[1] == ("allocator cache", "2.0 KiB", "-", "reserved − allocated")
+    footer = fp.ledger_footer(data)
+    assert "step 7" in footer and "8.0 KiB" in footer
+    # named for what it sums (the tensor lines), not "total" of every line above it
+    assert footer.startswith("tensors 1.0 KiB ·") and "total" not in footer
+
+
+def test_downsample_max_keeps_spikes_and_bounds_points():
+    values = [1.0] * 1000
+    values[537] = 99.0
+    out = fp.downsample_max(values, 80)
+    assert len(out) == 80 and max(out) == 99.0
+    assert fp.downsample_max([1.0, 2.0], 80) == [1.0, 2.0]
+    assert fp.byte_unit(3 * 1024**3) == ("GiB", 1024.0**3)
+    assert fp.byte_unit(300 * 1024**2)[0] == "MiB"
+
+
+def _cuda_notes(sample: StepSample) -> dict[str, str | None]:
+    """The notes under the reserved and driver panes (tui/panes.py)."""
+    return {"reserved": p.cache_free_note(sample, {}), "driver": p.outside_cache_note(sample, {})}
+
+
+def test_cuda_notes_show_cache_and_driver_overhead():
+    mib = 1 << 20
+    base = dict(allocated_bytes=400 * mib, reserved_bytes=2048 * mib,
+                driver_used_bytes=2600 * mib, amp="fp16", device="cuda:0", alloc_retries=2)
+    notes = _cuda_notes(make_sample(9, **base))
+    assert notes["reserved"] == "cache free 1.6 GiB, 2 malloc retries"
+    assert notes["driver"] == "ctx+libs 552 MiB (NVML − reserved)"
+    cpu = _cuda_notes(make_sample(9, **dict(base, device="cpu")))
+    assert cpu == {"reserved": None, "driver": None}
+    none = _cuda_notes(make_sample(9, **dict(base, driver_used_bytes=None, alloc_retries=0)))
+    assert none == {"reserved": "cache free 1.6 GiB", "driver": None}
+
+
+def test_sparkline_bars_scale_min_to_max_and_fit_the_width():
+    from tui.charts import SPARK_BARS, bar_levels, bar_runs
+
+    assert bar_levels([], 10) == [] and bar_levels([1.0, 2.0], 0) == []
+    levels = bar_levels([0.0, 1.0, 2.0, 7.0], 4)
+    assert levels == [0, 1, 2, 7]  # the largest value gets the tallest bar
+    assert "".join(SPARK_BARS[v] for v in levels) == "▁▂▃█"
+    assert bar_levels([5.0, 5.0, 5.0], 3) == [0, 0, 0]  # flat: no extent, lowest bars
+    # more points than cells: each cell shows the largest of its share
+    assert bar_levels([0.0, 9.0, 1.0, 2.0, 3.0, 0.0], 3) == [7, 1, 2]  # maxima 9, 2, 3
+    # fewer points than cells: stretched, as Textual's Sparkline draws them
+    assert bar_levels([0.0, 1.0], 4) == [0, 0, 7, 7]
+    assert bar_runs([0, 0, 7, 7, 7, 3]) == [(0, 2), (7, 3), (3, 1)]
+    assert sum(n for _, n in bar_runs(bar_levels(list(range(100)), 26))) == 26

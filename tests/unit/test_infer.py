@@ -1,0 +1,215 @@
+"""`memtop infer`: prefill/decode rows, the KV cache against its formula, the phase profiler
+windows, the report, weights from `memtop train`, and the refusals (one line, exit 2; in a real
+process: tests/integration/test_infer_process.py)."""
+
+from __future__ import annotations
+
+import json
+import pickle
+
+import pytest
+from factories import in_thread, make_sample, run_infer
+
+from probes import records as R
+from probes.records import StepSample
+from probes.runfolder import create_run_dir, read_metrics
+from probes.tools.kvcache import admission, kv_bytes_per_token, kv_cache_bytes
+
+
+def test_kv_formula():
+    # 2 (K and V) × layers × B × T × dim × bytes/element
+    assert kv_cache_bytes(4, 8, 128, 128, 2) == 2 * 4 * 8 * 128 * 128 * 2 == 2 * 1024 ** 2
+    assert kv_bytes_per_token(4, 128, 4) == 4096
+    adm = admission(budget_bytes=10_000, budget_source="--max-memory", used_bytes=2_000,
+                    weights_bytes=1_000, kv_bytes_per_sequence=700, temp_bytes_per_sequence=100,
+                    seq_len=16)
+    assert adm.sequences_fit == 10 and "KV cache" in adm.limit
+    assert admission(1_000, "x", 2_000, 1_500, 10, 10, 4).sequences_fit == 0
+
+
+def test_rows_have_phases_and_the_cache_grows_as_predicted(tmp_path):
+    code, run_dir, steps, events = run_infer(tmp_path)
+    assert code == 0
+    phases = [s["phase"] for s in steps]
+    assert phases == (["prefill"] + ["decode"] * 7) * 2
+    samples = [StepSample.from_json(s) for s in steps]
+    for s in samples:
+        # bf16 autocast on CPU: K/V come out of the linear layer in bf16, 2 bytes each
+        assert s.kv_cache_predicted_bytes == kv_cache_bytes(1, 2, s.context_tokens, 32, 2)
+        assert s.kv_cache_bytes == s.kv_cache_predicted_bytes
+        assert s.loss is None and s.tokens == (16 if s.phase == "prefill" else 2)
+    first = [s for s in samples if s.request == 1]
+    assert [s.context_tokens for s in first] == list(range(8, 16))
+    growth = {b.kv_cache_bytes - a.kv_cache_bytes
+              for a, b in zip(first[1:-1], first[2:], strict=True)}
+    assert growth == {kv_cache_bytes(1, 2, 1, 32, 2)}  # linear: one position per decode step
+    kinds = [e["event"] for e in events]
+    assert kinds.count(R.REQUEST_DONE) == 2 and R.ADMISSION in kinds
+    started = next(e for e in events if e["event"] == R.RUN_STARTED)
+    assert started["mode"] == "infer"
+    assert started["switches"] == {"eval": True, "inference_mode": True, "grad_scaler": None}
+    base = next(e for e in events if e["event"] == R.CACHE_BASELINE)
+    assert base["same_tokens"] is True and base["tokens"] == 4
+    assert kinds[-1] == R.RUN_FINISHED and events[-1]["reason"] == "finished"
+    # training rows stay as they were: no inference fields in their JSON
+    train_row = make_sample(1, amp="off").to_json()
+    assert "phase" not in train_row and "kv_cache_bytes" not in train_row
+
+
+def test_report_has_both_phases(tmp_path):
+    from probes.analysis.report.build import write_report
+
+    code, run_dir, _, _ = run_infer(tmp_path, profile_phase="both", new_tokens=8)
+    assert code == 0
+    md = write_report(run_dir).read_text()
+    report = json.loads((run_dir / "report.json").read_text())
+    res = report["results"]
+    assert report["mode"] == "infer"
+    assert res["ttft_ms_p50"] > 0 and res["decode_ms_p50"] > 0 and res["decode_ms_p95"] > 0
+    assert res["prefill_tokens_per_s"] > 0 and res["decode_tokens_per_s"] > 0
+    assert res["kv_error_max"] == 0.0 and res["baseline"]["same_tokens"] is True
+    assert [w["phase"] for w in report["profiles"]] == ["prefill", "decode"]
+    assert all(w["status"] == "done" and w["top_ops"] for w in report["profiles"])
+    for text in ("TTFT p50 / p95", "decode per token p50 / p95", "### prefill", "### decode",
+                 "Cache-off baseline", "Admission"):
+        assert text in md
+
+
+@pytest.mark.parametrize("phase", ["prefill", "decode"])
+def test_phase_labels_in_the_profiler_trace(tmp_path, phase):
+    code, run_dir, steps, events = run_infer(tmp_path, profile_phase=phase, baseline_tokens=0)
+    assert code == 0
+    done = [e for e in events if e["event"] == R.PROFILE_DONE]
+    assert len(done) == 1 and done[0]["phase"] == phase
+    trace = json.loads((run_dir / done[0]["dir"] / "trace.json").read_text())
+    labels = {e["name"] for e in trace["traceEvents"] if e.get("cat") == "user_annotation"}
+    other = "decode" if phase == "prefill" else "prefill"
+    assert phase in labels and other not in labels  # steps of one phase only
+    profiled = [s for s in steps if s["profiling"]]
+    assert profiled and {s["phase"] for s in profiled} == {phase}
+    assert all(s["request"] == 2 for s in profiled)
+
+
+def test_profile_request_windows_the_next_request(tmp_path):
+    """The dashboard's `p`: both phases' windows in the request after the one running."""
+    from probes.control.requests import Request, RunControl
+
+    control = RunControl()
+    control.submit(Request("profile", source="keyboard"))  # taken before step 1 (request 1)
+    code, _, steps, events = run_infer(tmp_path, control=control, requests=3,
+                                       baseline_tokens=0)
+    assert code == 0
+    done = [e for e in events if e["event"] == R.PROFILE_DONE]
+    assert [e["phase"] for e in done] == ["prefill", "decode"]
+    assert {s["request"] for s in steps if s["profiling"]} == {2}
+
+
+def _weights(tmp_path, **change):
+    """A real memtop weights file of the tiny shape (saved as `memtop train` saves it)."""
+    from trainer.checkpoint import save_weights
+    from trainer.model import GPT, GPTConfig
+
+    def make():
+        model = GPT(GPTConfig(block_size=32, n_layer=1, n_head=2, n_embd=32))
+        path = tmp_path / "weights.pt"
+        save_weights(model, path, step=1)
+        return path
+
+    return in_thread(make)
+
+
+def test_train_saves_weights_and_infer_reads_them(tmp_path, tiny_config):
+    from trainer.checkpoint import read_weights
+    from trainer.loop import Trainer
+
+    config = tiny_config(steps=2)
+    run_dir = create_run_dir(config.run_dir)
+    assert in_thread(Trainer(config, run_dir, listen=False, freeze_gc=False).run) == 0
+    header, state = read_weights(run_dir / "weights.pt")
+    assert header["model"]["n_layer"] == 1 and header["step"] == 2
+    _, events, _ = read_metrics(run_dir / "metrics.jsonl")
+    saved = next(e for e in events if e["event"] == R.WEIGHTS_SAVED)
+    assert saved["path"] == "weights.pt" and saved["bytes"] > 0
+    code, infer_dir, steps, ievents = run_infer(tmp_path, weights=str(run_dir), layers=None,
+                                                heads=None, dim=None, block_size=None)
+    assert code == 0 and steps
+    started = next(e for e in ievents if e["event"] == R.RUN_STARTED)
+    assert started["weights"].endswith("weights.pt")
+    off = tiny_config(steps=1, save_weights=False)
+    run2 = create_run_dir(off.run_dir)
+    assert in_thread(Trainer(off, run2, listen=False, freeze_gc=False).run) == 0
+    assert not (run2 / "weights.pt").exists()
+
+
+def _refused(capsys, argv, *words):
+    """The CLI in this process (torch work off the main thread): exit 2, one line, no run."""
+    from tui.cli import main
+
+    capsys.readouterr()
+    assert in_thread(main, argv) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err
+    assert "Traceback" not in err
+    for word in words:
+        assert word in err, err
+
+
+def test_refusals(tmp_path, capsys):
+    import torch
+
+    args = ["infer", "--headless", "--device", "cpu", "--run-dir", str(tmp_path / "runs")]
+    _refused(capsys, [*args, "--prompt-len", "100", "--new-tokens", "64"], "block size 128")
+    good = _weights(tmp_path)
+    _refused(capsys, [*args, "--weights", str(good), "--layers", "3"], "--layers 3",
+             "does not match")
+    _refused(capsys, [*args, "--weights", str(good), "--new-tokens", "30"], "block size 32")
+
+    def tamper():  # a memtop header whose tensors do not fit its model
+        data = torch.load(good, weights_only=True)
+        data["state_dict"]["lm_head.weight"] = torch.zeros(3, 3)
+        torch.save(data, tmp_path / "bad.pt")
+        torch.save({"w": torch.zeros(2)}, tmp_path / "plain.pt")  # no memtop header
+
+    in_thread(tamper)
+    _refused(capsys, [*args, "--weights", str(tmp_path / "bad.pt")], "lm_head.weight")
+    _refused(capsys, [*args, "--weights", str(tmp_path / "plain.pt")], "no memtop header")
+    # an arbitrary pickled object: weights_only refuses it, nothing is unpickled
+    (tmp_path / "evil.pt").write_bytes(pickle.dumps(pytest.MonkeyPatch))
+    _refused(capsys, [*args, "--weights", str(tmp_path / "evil.pt")], "never unpickles")
+    (tmp_path / "empty").mkdir()
+    _refused(capsys, [*args, "--weights", str(tmp_path / "empty")], "has no weights.pt")
+    _refused(capsys, [*args, "--profile-phase", "train"], "invalid choice")
+    assert not (tmp_path / "runs").exists()  # nothing was started
+
+
+def _decode_step(request: int) -> StepSample:
+    """A decode step at context 12 whose KV cache is exactly the formula's."""
+    return make_sample(5, loss=None, tokens_per_s=800.0, step_ms=2.5, phase="decode", tokens=2,
+                       request=request, context_tokens=12, kv_cache_bytes=1536,
+                       kv_cache_predicted_bytes=1536)
+
+
+def test_infer_line():
+    from tui.headless_infer import format_infer_line
+
+    s = _decode_step(request=1)
+    line = format_infer_line(s)
+    assert line.startswith("decode") and "ctx    12" in line and "+0.0%" in line
+
+
+def test_pane_texts_fit_80_columns():
+    from tui.format_infer import admission_text, kv_lines, phase_lines
+
+    adm = admission(24 * 1024 ** 3, "host RAM", 90 * 1024 ** 2, 3 * 1024 ** 2, 256 * 1024,
+                    109 * 1024, 128).to_json()
+    wide, narrow = admission_text(adm, 200), admission_text(adm, 78)
+    assert "limited by the KV cache" in wide and len(narrow) <= 78
+    assert narrow.startswith(f"admits {adm['sequences_fit']} × 128-token") and "KV cache" in narrow
+    s = _decode_step(request=2)
+    top, sub = kv_lines(s, 128, 38)
+    assert len(top) <= 38 and "+0.0%" in top and sub.startswith("ctx 12/128")
+    pre = make_sample(4, loss=None, tokens_per_s=400.0, step_ms=40.0, phase="prefill", tokens=16,
+                      request=2)
+    p_line, d_line = phase_lines([pre], [s], 38)
+    assert p_line.startswith("prefill 400 tok/s") and "TTFT p50 40.0 ms" in p_line
+    assert d_line.startswith("decode  800 tok/s") and len(d_line) <= 38

@@ -1,0 +1,58 @@
+"""The dashboard over `memtop infer`: the KV cache pane, the two phases, the admission line."""
+
+from __future__ import annotations
+
+import pytest
+from factories import run_infer, wait_for
+
+from probes.runfolder import create_run_dir
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)])
+async def test_infer_dashboard_shows_the_cache_growing(tmp_path, size):
+    from trainer.infer_config import InferConfig, prepare_model
+    from tui.app import MemtopApp
+
+    cfg = InferConfig(device="cpu", layers=1, heads=2, dim=32, block_size=64, batch_size=2,
+                      prompt_len=8, new_tokens=24, requests=3, baseline_tokens=2,
+                      profile_phase="none", run_dir=str(tmp_path / "runs"))
+    app = MemtopApp.for_infer(cfg, prepare_model(cfg), create_run_dir(cfg.run_dir),
+                              refresh_s=0.1, freeze_gc=False)
+    try:
+        async with app.run_test(size=size) as pilot:
+            kv = app.query_one("#kv")
+            await wait_for(pilot, lambda: len(kv.history) >= 10, "KV cache samples")
+            await wait_for(pilot, lambda: "predicted" in kv.text[0] or "pred" in kv.text[0],
+                           "the KV line")
+            assert "+0.0%" in kv.text[0]  # measured storages = the formula
+            assert kv.history[-1] >= kv.history[0]
+            await wait_for(pilot, lambda: "32-token" in app.admission.text,
+                           "the admission line")
+            phases = app.query_one("#phases")
+            await wait_for(pilot, lambda: "n/a tok/s" not in phases.text[1]
+                           and phases.text[1].startswith("decode"), "decode throughput")
+            assert phases.text[0].startswith("prefill") and "TTFT" in phases.text[0]
+            await wait_for(pilot, lambda: "eval·inference_mode·no scaler"
+                           in app.header_bar.text, "the three switches in the header")
+            await wait_for(pilot, lambda: app.run_state.finished, "the run's end")
+            assert "none: inference" in app.panes["loss"].range_line
+            app.save_screenshot(str(tmp_path / "infer.svg"))
+    finally:
+        app.shutdown(timeout_s=60)
+    assert not app.trainer.alive
+    assert (app.run_dir / "report.md").read_text().startswith("# memtop inference report")
+
+
+async def test_view_of_a_finished_inference_run(tmp_path):
+    """`memtop view RUN` on an inference run folder: the same panes, from the files alone."""
+    from tui.app import MemtopApp
+
+    code, run_dir, _, _ = run_infer(tmp_path)
+    assert code == 0
+    app = MemtopApp.for_folder(run_dir, refresh_s=0.1, freeze_gc=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: app.ticks > 2, "a few refreshes")
+        kv = app.query_one("#kv")
+        assert len(kv.history) == 16 and "+0.0%" in kv.text[0]
+        assert "16-token" in app.admission.text and "limit: " in app.admission.text
+        assert app.query_one("#phases").text[1].startswith("decode")

@@ -1,0 +1,148 @@
+"""Probes: each counter's semantics on CPU, units, the ring, the metrics file, NVML degrading."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+from factories import in_thread, make_sample
+
+from probes.counters.memory import MemoryProbe, RssReader, heap_counters
+from probes.counters.nvml import NvmlPoller
+from probes.records import STEP_FIELDS, Event
+from probes.runfolder import MetricsWriter, create_run_dir, read_metrics
+from probes.tools.ring import Ring
+from probes.tools.units import format_bytes, format_rate, parse_size
+
+MiB = 1024 * 1024
+
+
+def test_heap_counter_moves_by_the_size_of_a_tensor():
+    probe = MemoryProbe(torch.device("cpu"))
+
+    def work():
+        before = probe.read()
+        t = torch.empty(32 * MiB, dtype=torch.uint8)
+        during = probe.read()
+        del t
+        after = probe.read()
+        return before, during, after
+
+    before, during, after = in_thread(work)
+    grown = during.allocated_bytes - before.allocated_bytes
+    assert 32 * MiB <= grown < 33 * MiB  # byte-exact heap accounting, plus a small header
+    assert during.reserved_bytes >= during.allocated_bytes
+    assert after.allocated_bytes < during.allocated_bytes - 31 * MiB
+    assert during.peak_allocated_bytes >= during.allocated_bytes
+
+
+def test_rss_grows_when_pages_are_touched():
+    rss = RssReader()
+
+    def work():
+        before = rss.read()
+        t = torch.ones(64 * MiB, dtype=torch.uint8)  # ones touches every page
+        after = rss.read()
+        del t
+        return before, after
+
+    before, after = in_thread(work)
+    assert after - before >= 60 * MiB
+
+
+def test_cpu_peak_is_reset_and_tracks_the_sampled_max():
+    probe = MemoryProbe(torch.device("cpu"))
+
+    def work():
+        t = torch.empty(16 * MiB, dtype=torch.uint8)
+        probe.observe_peak()
+        del t
+        high = probe.read().peak_allocated_bytes
+        probe.reset_peak()
+        low = probe.read()
+        return high, low
+
+    high, low = in_thread(work)
+    assert high >= low.allocated_bytes + 15 * MiB
+    assert low.peak_allocated_bytes == low.allocated_bytes
+
+
+def test_heap_counters_are_available_on_glibc():
+    in_use, held = heap_counters()
+    assert 0 < in_use <= held + 1  # in use never exceeds what malloc holds
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("6GiB", 6 * 1024**3), ("512MiB", 512 * MiB), ("1.5GB", 1_500_000_000), ("4096", 4096),
+    ("2 kib", 2048),
+])
+def test_parse_size(text, expected):
+    assert parse_size(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "six", "5XB", "-1GiB", "0"])
+def test_parse_size_rejects_junk(text):
+    with pytest.raises(ValueError):
+        parse_size(text)
+
+
+def test_format_helpers():
+    assert format_bytes(None) == "n/a"
+    assert format_bytes(512) == "512 B"
+    assert format_bytes(1536) == "1.5 KiB"
+    assert format_bytes(300 * MiB) == "300 MiB"
+    assert format_bytes(-2 * MiB) == "-2.0 MiB"
+    assert format_rate(12345) == "12.3k"
+    assert format_rate(None) == "n/a"
+
+
+def test_ring_is_bounded_and_counts_drops():
+    ring: Ring[int] = Ring(maxlen=3)
+    for i in range(5):
+        ring.push(i)
+    assert ring.drain() == [2, 3, 4]
+    assert ring.dropped == 2
+    assert ring.drain() == []
+
+
+def test_metrics_file_is_valid_json_per_line_and_nan_becomes_null(tmp_path):
+    run = create_run_dir(tmp_path)
+    writer = MetricsWriter(run / "metrics.jsonl")
+    writer.write(Event("run_started", 0, 0.0, {"amp": "bf16"}))
+    writer.write(make_sample(1, loss=1.0))
+    writer.write(make_sample(2, loss=math.nan))
+    writer.write(Event("ledger", 2, 0.2, {"lines": {"a": [1.0, -math.inf]}}))
+    writer.close()
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    rows = [json.loads(line) for line in lines]
+    assert rows[0]["event"] == "run_started"
+    assert set(rows[1]) == set(STEP_FIELDS)
+    assert rows[1]["loss"] == 1.0
+    assert rows[2]["loss"] is None
+    assert rows[3]["lines"] == {"a": [1.0, None]}  # nested values too
+    steps, events, bad = read_metrics(run / "metrics.jsonl")
+    assert (len(steps), len(events), bad) == (2, 2, 0)
+
+
+def test_read_metrics_skips_a_truncated_last_line(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 1, "loss": 2.0}\n{"step": 2, "lo')
+    steps, events, bad = read_metrics(path)
+    assert [s["step"] for s in steps] == [1] and bad == 1
+
+
+def test_run_dirs_are_never_reused(tmp_path):
+    made = {create_run_dir(tmp_path) for _ in range(5)}
+    assert len(made) == 5
+
+
+def test_nvml_degrades_to_none_without_a_driver():
+    poller = NvmlPoller(0)
+    if poller.available:  # pragma: no cover - only on a GPU machine
+        pytest.skip("NVML is present on this machine")
+    assert poller.read_once() is None
+    assert poller.error and "NVML" in poller.error
+    poller.start()  # must be a no-op, not a crash
+    poller.stop()

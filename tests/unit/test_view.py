@@ -1,0 +1,153 @@
+"""`memtop view`'s two halves: the run's request socket, and the dashboard over a run folder
+(followed while a real trainer writes it, and finished)."""
+
+from __future__ import annotations
+
+import socket
+import stat
+import threading
+
+import pytest
+from factories import wait_for
+
+from probes import records as R
+from probes.control.requests import RunControl
+from probes.control.unix_socket import ControlServer, NotLive
+from probes.control.unix_socket import request as send
+from probes.records import Event
+from probes.runfolder import create_run_dir, metrics_files
+
+
+def _server(path, control=None):
+    control = control or RunControl()
+    server = ControlServer(path, control, lambda: {"pid": 1, "rank": None, "step": 7,
+                                                   "state": "running"},
+                           lambda req: "no leak demo here" if req.kind == "leak_start" else None)
+    assert server.start(), server.error
+    return server, control
+
+
+def test_socket_requests_refusals_and_permissions(tmp_path):
+    server, control = _server(tmp_path / "control.sock")
+    try:
+        assert stat.S_IMODE((tmp_path / "control.sock").stat().st_mode) == 0o600
+        assert send(server.path, {"request": "ping"}) == {
+            "ok": True, "request": "ping", "pid": 1, "rank": None, "step": 7, "state": "running"}
+        answer = send(server.path, {"request": "profile", "at_step": 9, "source": "test"})
+        assert answer["ok"] and answer["at_step"] == 9
+        assert control.take_due(8) == []  # acted on before step 9, not earlier
+        (req,) = control.take_due(9)
+        assert (req.kind, req.source) == ("profile", "test")
+        assert send(server.path, {"request": "leak_start"}) == {
+            "ok": False, "request": "leak_start", "error": "no leak demo here"}
+        assert "unknown request 'explode'" in send(server.path, {"request": "explode"})["error"]
+        with socket.socket(socket.AF_UNIX) as raw:  # bad JSON, by hand
+            raw.connect(str(server.path))
+            raw.sendall(b"{nope\n")
+            assert b"bad JSON" in raw.recv(4096)
+        assert server.requests == 1
+    finally:
+        server.close()
+    assert not (tmp_path / "control.sock").exists()  # a finished run is not live
+
+
+def test_stale_socket_is_not_live_and_is_replaced(tmp_path):
+    path = tmp_path / "control.sock"
+    dead = socket.socket(socket.AF_UNIX)
+    dead.bind(str(path))  # a socket file whose process is gone: nobody accepts on it
+    dead.close()
+    with pytest.raises(NotLive, match="no longer live"):
+        send(path, {"request": "ping"}, timeout_s=5)
+    server, _ = _server(path)  # a new run in the folder takes the stale path over
+    try:
+        assert send(path, {"request": "ping"})["ok"]
+    finally:
+        server.close()
+    with pytest.raises(NotLive, match="no control socket"):
+        send(path, {"request": "ping"})
+
+
+def test_socket_path_longer_than_the_os_limit(tmp_path):
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    path = deep / "control.sock"
+    assert len(str(path)) > 108
+    server, control = _server(path)
+    try:
+        assert send(path, {"request": "pause"})["ok"]
+        assert [r.kind for r in control.take_due(1)] == ["pause"]
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def live_run(tiny_config):
+    """A real trainer thread writing a run folder and listening on its socket, as a headless
+    `memtop train` in another terminal would."""
+    from probes.monitor import default_hooks
+    from trainer.loop import Trainer
+
+    cfg = tiny_config(steps=0)
+    trainer = Trainer(cfg, create_run_dir(cfg.run_dir), hooks=default_hooks(**cfg.hook_options()))
+    trainer.start()
+    yield trainer
+    trainer.control.stop()
+    trainer.join(120)
+
+
+@pytest.mark.slow
+async def test_viewer_follows_steers_and_leaves_a_live_run(live_run):
+    from tui.app import MemtopApp
+
+    trainer = live_run
+    app = MemtopApp.for_folder(trainer.run_dir)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: app.run_state.step >= 3 and app.last_sample is not None,
+                       "steps from the followed file")
+        first = app.run_state.step
+        await wait_for(pilot, lambda: app.run_state.step >= first + 3, "the panes moving")
+        assert "viewing" in app.status_line.text
+        await pilot.press("p")
+        await wait_for(pilot, lambda: bool(app.ops_table.row_names), "top ops from the socket")
+        assert any(n.startswith("aten::") for n in app.ops_table.row_names)
+        await pilot.press("space")
+        await wait_for(pilot, lambda: trainer.status.state == "paused", "the run paused")
+        await wait_for(pilot, lambda: "PAUSED" in app.header_bar.text, "PAUSED on the viewer")
+        await pilot.press("space")
+        await wait_for(pilot, lambda: trainer.status.state == "running", "the run resumed")
+        await pilot.press("q")
+        await wait_for(pilot, lambda: app.return_code is not None, "the viewer to exit")
+    step = trainer.status.step
+    assert trainer.alive and not trainer.status.finished  # q left the run alone
+    moved = threading.Event()
+    for _ in range(600):  # and it goes on writing (bounded wait on a condition, not a sleep)
+        if trainer.status.step > step:
+            moved.set()
+            break
+        moved.wait(0.1)
+    assert moved.is_set()
+
+
+async def test_viewer_opens_a_finished_run_on_its_final_state(tiny_config):
+    from factories import in_thread
+
+    from trainer.loop import Trainer
+    from tui.app import MemtopApp
+
+    cfg = tiny_config(steps=6)
+    trainer = Trainer(cfg, create_run_dir(cfg.run_dir), listen=False)
+    in_thread(trainer.run)
+    app = MemtopApp.for_folder(trainer.run_dir)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: "finished at step 6" in app.status_line.text,
+                       "the final state")
+        assert app.run_state.outcome == "finished" and app.last_sample.step == 6
+        replayed = {e.event for e in app.source.history()[0] if isinstance(e, Event)}
+        assert {R.WEIGHTS_SAVED, R.RUN_FINISHED} <= replayed
+        # the past gets no default toasts (tui/live_events.py): they would say "just now"
+        assert not any(n.title in ("weights saved", "run finished") for n in app.notices)
+        await pilot.press("p")  # nothing to steer: said, not sent
+        await wait_for(pilot, lambda: any("ended" in n.message for n in app.notices),
+                       "the refusal")
+        await pilot.press("q")
+    assert list(metrics_files(trainer.run_dir)) == [None]
