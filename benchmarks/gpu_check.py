@@ -39,8 +39,8 @@ CUDA-only parts "skip"):
   report_ledger    report.json (MFU or why not) and ledger events on CUDA.
   cuda_n           --device cuda:N in a fresh process: no context on cuda:0, NVML by UUID
                    (NOT RUN with one GPU).
-summary.md ends with every CUDA claim as PASS / FAIL / NOT RUN. --dry-run runs no check
-and writes that table with every claim NOT RUN (tests/integration/test_gpu_check_dry_run.py runs it on CPU).
+summary.md ends with every CUDA claim as PASS / FAIL / NOT RUN. --dry-run runs no check and writes
+that table with every claim NOT RUN (tests/integration/test_gpu_check_dry_run.py runs it on CPU).
 """
 
 from __future__ import annotations

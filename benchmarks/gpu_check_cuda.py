@@ -2,7 +2,8 @@
 against CUDA events, per-step sample cost, a run on cuda:N, report and ledger on CUDA.
 
 Each check records claims (PASS / FAIL / NOT RUN) through gpu_check's Result. The pure parts
-(per-step sync counts, timing agreement) are functions tested on CPU in tests/unit/test_gpu_check.py.
+(per-step sync counts, timing agreement) are functions tested on CPU in
+tests/unit/test_gpu_check.py.
 """
 
 from __future__ import annotations

@@ -324,7 +324,7 @@ async def in_process(seconds: float, profile_every_s: float, size: tuple[int, in
         async with app.run_test(size=size) as pilot:
             probe = Probe(app)
             t0 = time.monotonic()
-            while app.trainer.status.step < 20 or not app._gc_frozen:
+            while app.trainer.status.step < 20 or not app.gc_frozen:
                 await pilot.pause(0.1)
                 if time.monotonic() - t0 > 300:
                     raise RuntimeError("the trainer did not start")
