@@ -252,6 +252,10 @@ class FolderSource(RunSource):
         parts = []
         if self.gone:
             parts.append("metrics file deleted: showing the last state")
+        cut = sum(f.truncations for f in self.followers.values())
+        if cut:
+            parts.append("metrics file cut back in place (copytruncate?): reading on from its "
+                         "new start" + (f" ({cut}×)" if cut > 1 else ""))
         if self.bad:
             parts.append(f"{self.bad} unreadable lines skipped")
         if self.not_live and not self.finished:
