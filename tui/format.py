@@ -89,9 +89,11 @@ def range_text(kind: str, lo: float | None, hi: float | None, width: int) -> str
 
 def state_text(state: str, profile_phase: str | None, pause_requested: bool,
                quitting: bool) -> str:
-    """running / paused / profiling / stopped, plus the in-between states a key press causes."""
+    """running / paused / profiling / finished / stopped / interrupted / failed, plus the
+    in-between states a key press causes."""
     if quitting:
-        return "stopping" if state not in ("stopped", "failed") else state
+        return "stopping" if state not in ("finished", "stopped", "interrupted", "failed") \
+            else state
     if state == "running":
         if pause_requested:
             return "pausing"

@@ -46,11 +46,12 @@ class StatusBars:
             leak_demo_text(st.leak_kind or self.config.get("leak"), st.leak_active,
                            st.leak_since, self._leak_toggling, self.can("leak_start")),
         ]
-        if st.finished or st.state == "failed":
-            reason = st.error or st.stop_reason or "?"
-            word = "failed" if st.state == "failed" else "finished"
-            parts.append(f"{word} at step {st.step}: {reason}"
-                         if word == "failed" else f"{word} at step {st.step} ({reason})")
+        if st.state == "failed":
+            parts.append(f"failed at step {st.step}: {st.error or st.stop_reason or '?'}")
+        elif st.finished:  # the header's word, with the reason when it says more
+            reason = st.stop_reason or "?"
+            parts.append(f"{st.state} at step {st.step}" + (
+                "" if reason in ("finished", st.state) else f" ({reason})"))
         elif self._quitting:
             parts.append("stopping: waiting for the step to end…")
         note = self.source.note

@@ -34,11 +34,23 @@ class ProfileWindow:
         return f"active {index - self.wait - self.warmup + 1}/{self.active}"
 
 
+def ended_state(reason: str | None) -> str:
+    """The state of a run that ended without an error, from run_finished's reason: finished
+    (it ran its steps), interrupted (Ctrl-C, a lost terminal) or stopped (a viewer, the memory
+    guard, a full disk). One word for the header, `memtop runs` and the report."""
+    reason = reason or ""
+    if reason == "finished":
+        return "finished"
+    if reason.startswith("interrupted"):
+        return "interrupted"
+    return "stopped"
+
+
 @dataclass
 class RunState:
     """Everything here is derived from records; ``apply`` each one in order."""
 
-    state: str = "starting"  # starting | running | paused | stopped | failed
+    state: str = "starting"  # starting running paused finished stopped interrupted failed
     step: int = 0  # the last step recorded
     time_s: float = 0.0  # the run's clock at the last record
     device: str = ""
@@ -71,12 +83,7 @@ class RunState:
             return "live" if self.state != "failed" else "failed"
         if self.error is not None or self.state == "failed":
             return "failed"
-        reason = self.stop_reason or ""
-        if reason == "finished":
-            return "finished"
-        if reason.startswith("interrupted"):
-            return "interrupted"
-        return "stopped"
+        return ended_state(self.stop_reason)
 
     def apply(self, record: Record) -> None:
         self.records += 1
@@ -142,7 +149,7 @@ class RunState:
         elif name == R.RUN_FINISHED:
             self.finished = True
             if self.state != "failed":
-                self.state = "stopped"
                 self.stop_reason = str(d.get("reason") or "finished")
+                self.state = ended_state(self.stop_reason)
             self.profile_phase = None
             self.window = None

@@ -264,10 +264,11 @@ async def test_second_q_leaves_at_once_and_shutdown_says_what_it_waits_for(make_
     assert metrics.read_text() == sealed
 
 
-async def test_finished_run_stays_up_as_stopped_and_saves_a_screenshot(make_app, tmp_path):
+async def test_finished_run_stays_up_as_finished_and_saves_a_screenshot(make_app, tmp_path):
     app = make_app(steps=6)
     async with app.run_test(size=(120, 40)) as pilot:
-        await wait_for(pilot, lambda: "STOPPED" in app.header_bar.text, "STOPPED state")
+        await wait_for(pilot, lambda: "FINISHED" in app.header_bar.text, "FINISHED state")
+        assert "STOPPED" not in app.header_bar.text  # a run that ran its steps was not stopped
         assert "step 6" in app.header_bar.text
         assert "finished" in app.status_line.text
         await wait_for(pilot, lambda: app.chart.builds > 0, "the memory chart")
@@ -275,7 +276,7 @@ async def test_finished_run_stays_up_as_stopped_and_saves_a_screenshot(make_app,
         await wait_for(pilot, lambda: len(list(app.run_dir.glob("screenshot-*.svg"))) == 2,
                        "two screenshots")
         svg = sorted(app.run_dir.glob("screenshot-*.svg"))[0].read_text()
-        assert "<svg" in svg and "STOPPED" in svg
+        assert "<svg" in svg and "FINISHED" in svg
 
         blocked = tmp_path / "not-a-folder"  # saving into it fails with a real OSError
         blocked.write_text("")

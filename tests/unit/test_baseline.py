@@ -55,7 +55,7 @@ async def test_dashboard_shows_deltas_and_the_report_compares(tiny_config, tmp_p
             await wait_for(pilot, lambda: "%)" in app.baseline_bar.text, "a live delta")
             text = app.baseline_bar.text
             assert text.startswith("vs baseline base: tok/s") and "step p50" in text
-            await wait_for(pilot, lambda: "STOPPED" in app.header_bar.text, "the run's end")
+            await wait_for(pilot, lambda: "FINISHED" in app.header_bar.text, "the run's end")
             await pilot.press("q")
             await wait_for(pilot, lambda: app.return_code is not None, "the app to exit")
     finally:

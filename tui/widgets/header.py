@@ -17,7 +17,7 @@ class MemtopHeader(TextLine):
         text-style: bold;
     }
     MemtopHeader.-paused { background: $warning-darken-2; }
-    MemtopHeader.-stopped { background: $surface-lighten-1; }
+    MemtopHeader.-ended { background: $surface-lighten-1; }
     MemtopHeader.-failed { background: $error-darken-1; }
     MemtopHeader.-profiling { background: $accent-darken-2; }
     """
@@ -29,7 +29,8 @@ class MemtopHeader(TextLine):
     def show(self, text: str, state: str) -> None:
         """Redraw only when the text or the state changed."""
         if state != self._state:
-            for name in ("paused", "stopped", "failed", "profiling"):
+            self.set_class(state in ("finished", "stopped", "interrupted"), "-ended")
+            for name in ("paused", "failed", "profiling"):
                 self.set_class(state == name or (name == "paused" and state == "pausing"),
                                f"-{name}")
             self._state = state
