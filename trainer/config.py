@@ -163,6 +163,9 @@ class TrainConfig:
         for step in self.profile_at:
             if step <= 0:
                 raise ValueError(f"--profile-at {step} must be a positive step number")
+            if self.steps and step > self.steps:
+                raise ValueError(f"--profile-at {step} is after the run's last step "
+                                 f"(--steps {self.steps}): the window would never open")
         if self.leak_at is not None and self.leak_at <= 0:
             raise ValueError(f"--leak-at {self.leak_at} must be a positive step number")
         if self.leak_stop_at is not None:

@@ -27,6 +27,7 @@ from probes.runfolder.state import RunState
 from trainer.background import BackgroundRun
 from trainer.config import TrainConfig, resolve_amp
 from trainer.data import BatchSampler, load_corpus
+from trainer.exit_codes import EXIT_FAILED, run_exit_code
 from trainer.leaks import LEAK_HINTS, LeakInjector
 from trainer.model import GPT
 
@@ -68,7 +69,7 @@ class Trainer(BackgroundRun):
         self.hooks = list(hooks or [])
         self.freeze_gc = freeze_gc  # gc.freeze() once set-up is done (see run())
         self.listen = listen
-        self.exit_code: int | None = None  # 0 finished/stopped, 1 failed
+        self.exit_code: int | None = None  # trainer/exit_codes.py: 0, 1 failed, 3 guard
         self.leak = LeakInjector(config.leak)
         self.monitor: Monitor | None = None
         self._thread: threading.Thread | None = None
@@ -151,16 +152,18 @@ class Trainer(BackgroundRun):
                 gc.collect()
                 gc.freeze()
             self._train(mon, model, optimizer, scaler, batches, device, amp)
-            if cfg.save_weights and not self.session.recorder.write_failed:
+            if cfg.save_weights and not self.session.recorder.write_failed \
+                    and mon.step_count > 0:  # nothing trained (the guard at start): no weights
                 self._save_weights(mon, model, amp)
             mon.close()
-            self.exit_code = 1 if self.session.recorder.write_failed else 0
+            self.exit_code = run_exit_code(self.session.state,
+                                           failed=self.session.recorder.write_failed)
         except Exception as exc:  # a monitoring tool stays up when the training fails
             if mon is not None:
                 mon.close(error=exc)
             else:  # failed before the monitor existed (bad device, model build)
                 self.session.record_error(0, exc)
-            self.exit_code = 1
+            self.exit_code = EXIT_FAILED
             if isinstance(exc, AssertionError):
                 raise  # a failed check (a test's sink, an invariant) fails its caller too
         finally:
@@ -168,7 +171,7 @@ class Trainer(BackgroundRun):
             if mon is None:
                 self.session.close()  # run_finished "failed" after the error row
             if self.exit_code is None:  # an exception this loop did not expect
-                self.exit_code = 1
+                self.exit_code = EXIT_FAILED
         return self.exit_code
 
     def _train(self, mon: Monitor, model: torch.nn.Module, optimizer: torch.optim.Optimizer,

@@ -43,13 +43,16 @@ def build_parser() -> Parser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     for name in COMMANDS:
         importlib.import_module(f"tui.commands.{name}").add_parser(sub)
+    parser.commands = sub.choices  # name -> its parser, for errors said in its name
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args, extras = parser.parse_known_args(argv)
+        if extras:  # said by the subcommand that was given, with a suggestion
+            parser.commands.get(args.command, parser).unrecognized(extras)
         if args.command is None:
             parser.print_help()
             return EXIT_USAGE

@@ -13,11 +13,9 @@ from probes.control.requests import RunControl
 from probes.records import Event, Record, StepSample
 from probes.tools.units import format_bytes, format_rate
 from trainer.config import TrainConfig
+from trainer.exit_codes import EXIT_FAILED, EXIT_SIGINT, EXIT_SIGTERM
 from tui.output import quiet_stdout
 from tui.panes import throughput, throughput_label
-
-EXIT_SIGINT = 130
-EXIT_SIGTERM = 143
 
 
 def format_step_line(s: StepSample) -> str:
@@ -106,5 +104,5 @@ def drive(runner: Any, control: RunControl, run_dir: Path, out: TextIO) -> int:
         quiet_stdout()
     if received:
         return EXIT_SIGINT if received[0] == signal.SIGINT else EXIT_SIGTERM
-    return 1 if runner.exit_code is None else runner.exit_code
+    return EXIT_FAILED if runner.exit_code is None else runner.exit_code
 

@@ -20,10 +20,9 @@ from probes.analysis.ranks import failure_text, rank_ends, read_process_exits
 from probes.records import Record, StepSample
 from probes.runfolder import TORCHRUN_LOG, metrics_files
 from trainer.config import TrainConfig
+from trainer.exit_codes import EXIT_SIGINT, EXIT_SIGTERM
 from trainer.launch import KILL_GRACE_S, RankLaunch, rank_threads
 from tui.headless import (
-    EXIT_SIGINT,
-    EXIT_SIGTERM,
     HeadlessPrinter,
     format_event_line,
     format_step_line,

@@ -54,8 +54,9 @@ class RunEnd:
         return self.report_path
 
     def exit_code(self) -> int:
-        """0 when the run stopped or finished; 1 when the training itself failed."""
-        return 1 if self.trainer.exit_code == 1 else 0
+        """The trainer's status (trainer/exit_codes.py): 0 finished or stopped on request, 1
+        failed, 3 stopped by the memory guard; 0 while it has none (still running)."""
+        return self.trainer.exit_code or 0
 
     def shutdown(self, timeout_s: float, out: TextIO | None = None) -> None:
         """Stop, join for at most ``timeout_s``, then write the report.

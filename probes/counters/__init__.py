@@ -18,7 +18,7 @@ from __future__ import annotations
 from probes.tools.lazy import lazy_exports
 
 _EXPORTS = {
-    **dict.fromkeys(("MemoryProbe", "MemoryReading", "RssReader", "guard_trip",
+    **dict.fromkeys(("MemoryProbe", "MemoryReading", "guard_trip",
                      "heap_counters"), ".memory"),
     **dict.fromkeys(("CudaStats", "Fragmentation", "driver_overhead_bytes", "fragmentation",
                      "stats_from_nested"), ".cuda_stats"),
@@ -27,7 +27,7 @@ _EXPORTS = {
                     ".cudamem"),
     **dict.fromkeys(("NvmlPoller", "NvmlReading", "candidate_uuids", "index_fallback"),
                     ".nvml"),
-    **dict.fromkeys(("host_info", "host_ram_bytes", "memtop_version"), ".host"),
+    **dict.fromkeys(("RssReader", "host_info", "host_ram_bytes", "memtop_version"), ".host"),
     "system_info": ".sysinfo",
 }
 __all__ = sorted(_EXPORTS)

@@ -1,5 +1,6 @@
-"""The host's facts without torch: CPU, RAM, OS, Python and package versions, memtop's own
-version. The report and `memtop --version` read them; probes/counters/sysinfo.py adds torch's."""
+"""The host's facts without torch: CPU, RAM, OS, Python and package versions, memtop's own version,
+and this process's RSS. The report and `memtop --version` read them; probes/counters/sysinfo.py adds
+torch's."""
 
 from __future__ import annotations
 
@@ -75,3 +76,28 @@ def host_info() -> dict[str, Any]:
         "numpy": _version("numpy"),
         "memtop": memtop_version(),
     }
+
+
+class RssReader:
+    """Process RSS from /proc/self/statm, keeping the file open so a read is one pread."""
+
+    def __init__(self) -> None:
+        self._page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+        try:
+            self._fd: int | None = os.open("/proc/self/statm", os.O_RDONLY)
+        except OSError:
+            self._fd = None
+
+    def read(self) -> int | None:
+        if self._fd is None:
+            return None
+        try:
+            fields = os.pread(self._fd, 128, 0).split()
+            return int(fields[1]) * self._page
+        except (OSError, IndexError, ValueError):
+            return None
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None

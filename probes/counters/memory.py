@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import os
 from dataclasses import dataclass
 
 import torch
 
 from probes.counters.cudamem import read_stats
+from probes.counters.host import RssReader
 
 
 class _MallInfo2(ctypes.Structure):
@@ -55,31 +55,6 @@ def heap_counters() -> tuple[int, int] | None:
         return None
     info = _MALLINFO2()
     return info.uordblks + info.hblkhd, info.arena + info.hblkhd
-
-
-class RssReader:
-    """Process RSS from /proc/self/statm, keeping the file open so a read is one pread."""
-
-    def __init__(self) -> None:
-        self._page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-        try:
-            self._fd: int | None = os.open("/proc/self/statm", os.O_RDONLY)
-        except OSError:
-            self._fd = None
-
-    def read(self) -> int | None:
-        if self._fd is None:
-            return None
-        try:
-            fields = os.pread(self._fd, 128, 0).split()
-            return int(fields[1]) * self._page
-        except (OSError, IndexError, ValueError):
-            return None
-
-    def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
 
 
 @dataclass(frozen=True)

@@ -34,13 +34,12 @@ from typing import Any
 
 import torch
 
-from probes import records as R
 from probes.control.requests import RunControl
 from probes.control.unix_socket import ControlServer
-from probes.counters.memory import guard_trip
 from probes.counters.nvml import NvmlPoller
 from probes.instruments.hints import HintWatch
 from probes.instruments.hooks import GPTShape, StepHook, StepTensors
+from probes.monitor.guard import MemoryGuard
 from probes.monitor.session import RunSession
 from probes.monitor.setup import (
     autocast_mode,
@@ -179,7 +178,6 @@ class Monitor:
         self._in_step: StepScope | None = None
         self._amp = amp or "auto"
         self._boundary_done = 0  # the step whose boundary work is done
-        self._prev_watched: dict[str, int | None] | None = None
         self._scale_watch = ScalerWatch(scaler)
         self._micro = 0
         self._tracing = False
@@ -212,6 +210,9 @@ class Monitor:
                       tokens_per_step=tokens_per_step, samples_per_step=samples_per_step,
                       flops_per_token=flops_per_token, world_size=env_world_size(),
                       rank=self.rank)
+        self.guard = MemoryGuard(max_memory_bytes, self.device.type, self.emit,
+                                 self.control.stop)
+        self.guard.check(0, self.memory.read())  # a limit already passed stops before step 1
         _OPEN.add(self)
 
     # the loop's side ------------------------------------------------------------------------
@@ -352,7 +353,7 @@ class Monitor:
         for hook in self.hooks:
             hook.end_step(step, tensors, sample)
         self.session.step = step
-        self._guard(step, reading)
+        self.guard.check(step, reading)
         if not self.should_stop and (self.max_steps == 0 or step < self.max_steps):
             self._boundary(step + 1)  # requests and pauses, before the loop's next step
 
@@ -366,26 +367,6 @@ class Monitor:
         """Before ``step`` runs: the session acts on due requests, then waits while paused."""
         self._boundary_done = step
         self.session.boundary(step)
-
-    def _guard(self, step: int, reading: Any) -> None:
-        """Stop before a watched counter passes max_memory_bytes at its current growth: on
-        CUDA this step's peak (an OOM happens mid-step) and reserved (the cache must grow to
-        allocate); host RSS on CPU."""
-        if self.device.type == "cuda":
-            watched = {"device step peak": reading.step_peak_allocated_bytes,
-                       "device reserved": reading.reserved_bytes}
-        else:
-            watched = {"host RSS": reading.host_rss_bytes}
-        prev, self._prev_watched = self._prev_watched, watched
-        trip = guard_trip(watched, prev, self.max_memory_bytes)
-        if trip is None:
-            return
-        counter, value, growth = trip
-        limit = self.max_memory_bytes
-        self.emit(R.MEMORY_GUARD, step, {"counter": counter, "watched_bytes": value,
-                                         "limit_bytes": limit, "growth_bytes_per_step": growth})
-        self.control.stop(f"memory guard: {counter} at {value} bytes would pass "
-                          f"--max-memory {limit} bytes next step")
 
 
 _OPEN: weakref.WeakSet[Monitor] = weakref.WeakSet()  # monitors not closed yet

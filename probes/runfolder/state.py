@@ -70,6 +70,7 @@ class RunState:
     stop_reason: str | None = None
     error: str | None = None
     finished: bool = False
+    guard_tripped: bool = False  # --max-memory stopped the run (exit status 3)
     records: int = 0
 
     @property
@@ -146,6 +147,8 @@ class RunState:
             self.error = f"{d.get('error_type', 'Error')}: {d.get('message', '')}"
             self.state = "failed"
             self.stop_reason = self.error
+        elif name == R.MEMORY_GUARD:
+            self.guard_tripped = True
         elif name == R.RUN_FINISHED:
             self.finished = True
             if self.state != "failed":

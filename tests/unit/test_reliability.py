@@ -85,8 +85,9 @@ def test_memory_guard_stops_a_leak_before_the_limit(tiny_config):
     cfg = tiny_config(steps=400, batch_size=64, seq_len=32, leak="logits", leak_at=3,
                       max_memory_bytes=limit)
     trainer, sink, run_dir = _run(cfg)
-    assert trainer.exit_code == 0
+    assert trainer.exit_code == 3  # trainer/exit_codes.py: a CI job sees the guard's stop
     assert trainer.status.stop_reason.startswith("memory guard")
+    assert " bytes" not in trainer.status.stop_reason and "MiB" in trainer.status.stop_reason
     assert len(sink.samples) < 400
     _, events, _ = read_metrics(run_dir / "metrics.jsonl")
     guard = next(e for e in events if e["event"] == "memory_guard")
@@ -96,6 +97,20 @@ def test_memory_guard_stops_a_leak_before_the_limit(tiny_config):
     assert last.step == guard["step"]
     assert last.host_rss_bytes + guard["growth_bytes_per_step"] > limit
     assert sink.samples[-2].host_rss_bytes <= limit
+
+
+def test_a_limit_the_run_is_already_over_stops_it_before_the_first_step(tiny_config):
+    """--max-memory below what the process holds before step 1: no step, no weights, the
+    reason in units, exit status 3 (README, "When things go wrong")."""
+    cfg = tiny_config(steps=20, max_memory_bytes=1024)
+    trainer, sink, run_dir = _run(cfg)
+    assert trainer.exit_code == 3 and sink.samples == []
+    reason = trainer.status.stop_reason
+    assert "before the first step" in reason and "1.0 KiB" in reason
+    assert "nothing was trained" in reason
+    assert not (run_dir / "weights.pt").exists()
+    events = [e["event"] for e in read_metrics(run_dir / "metrics.jsonl")[1]]
+    assert events.index("memory_guard") < events.index("run_finished")
 
 
 def test_stop_during_a_profiler_window_closes_it_before_run_finished(tiny_config):

@@ -6,7 +6,7 @@ import argparse
 import dataclasses
 from typing import Any
 
-EXIT_USAGE = 2  # bad input: one line on stderr, this exit status, nothing written
+from trainer.exit_codes import EXIT_USAGE  # noqa: F401 (the commands' bad-input status)
 
 
 class UsageError(Exception):
@@ -31,9 +31,25 @@ class Parser(argparse.ArgumentParser):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", HelpFormatter)
         super().__init__(*args, **kwargs)
+        self.commands: dict[str, Parser] = {}  # the top-level parser's subcommands (tui/cli.py)
 
     def error(self, message: str) -> None:  # argparse prints usage + message; we want one line
         raise UsageError(f"{self.prog}: {message}")
+
+    def unrecognized(self, extras: list[str]) -> None:
+        """Options this (sub)command does not know, named with its own prog (`memtop train`)
+        and the closest option it does know (a typo's likely fix)."""
+        import difflib
+
+        known = [s for a in self._actions for s in a.option_strings]
+        hints = []
+        for arg in extras:
+            if arg.startswith("-"):
+                close = difflib.get_close_matches(arg.split("=", 1)[0], known, n=1, cutoff=0.6)
+                if close:
+                    hints.append(f"did you mean {close[0]}?")
+        self.error(f"unrecognized arguments: {' '.join(extras)}"
+                   + (f" ({'; '.join(hints)})" if hints else ""))
 
 
 def int_arg(text: str) -> int:

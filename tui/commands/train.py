@@ -145,6 +145,25 @@ def check_baseline(config: TrainConfig) -> None:
     config.baseline = str(Path(config.baseline).resolve())
 
 
+def check_max_memory(config: TrainConfig) -> None:
+    """On CPU, --max-memory watches this process's RSS: a limit it already passes before torch
+    and the model are even loaded can never be met (ValueError). On CUDA the limit is checked
+    against the device's counters before the first step (probes/monitor/guard.py)."""
+    from probes.counters.host import RssReader
+    from probes.tools.units import format_bytes
+
+    limit = config.max_memory_bytes
+    if limit is None or config.device.strip().lower() != "cpu":
+        return
+    rss = RssReader()
+    held = rss.read()
+    rss.close()
+    if held is not None and held >= limit:
+        raise ValueError(f"--max-memory {format_bytes(limit)} is below what this process "
+                         f"already holds (RSS {format_bytes(held)} before torch and the model "
+                         "are loaded): give a limit above the run's own size")
+
+
 def run(args: argparse.Namespace) -> int:
     terminal = sys.stdin.isatty() and sys.stdout.isatty() and sys.stderr.isatty()
     if not args.headless and not terminal:  # Textual draws on stderr: all three must be TTYs
@@ -156,6 +175,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         config = config_from_args(args)
         check_baseline(config)  # before torch is imported: bad input answers at once
+        check_max_memory(config)
         if config_needs_torch_check(config) or config.nproc > 1:
             config.resolve()  # the device and amp mode exist here (imports torch)
         if config.nproc > 1:

@@ -1,0 +1,50 @@
+"""`--max-memory` / ``max_memory_bytes``: stop cleanly before a watched counter passes the
+limit, instead of letting the OS or the CUDA allocator kill the run mid-step."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from probes import records as R
+from probes.counters.memory import MemoryReading, guard_trip
+from probes.tools.units import format_bytes
+
+
+class MemoryGuard:
+    """Checked after every step's reading, and once before the first step (a limit the run is
+    already over stops it before it trains). On CUDA it watches this step's peak (an OOM
+    happens mid-step) and reserved (the cache must grow to allocate); host RSS on CPU."""
+
+    def __init__(self, limit_bytes: int | None, device_type: str,
+                 emit: Callable[[str, int, dict[str, Any]], Any],
+                 stop: Callable[[str], None]) -> None:
+        self.limit_bytes = limit_bytes
+        self.device_type = device_type
+        self._emit, self._stop = emit, stop
+        self._prev: dict[str, int | None] | None = None
+
+    def check(self, step: int, reading: MemoryReading) -> bool:
+        """True when it stopped the run (step 0: before the first step)."""
+        if self.device_type == "cuda":
+            watched = {"device step peak": reading.step_peak_allocated_bytes,
+                       "device reserved": reading.reserved_bytes}
+        else:
+            watched = {"host RSS": reading.host_rss_bytes}
+        prev, self._prev = self._prev, watched
+        trip = guard_trip(watched, prev, self.limit_bytes)
+        if trip is None:
+            return False
+        counter, value, growth = trip
+        limit = self.limit_bytes
+        self._emit(R.MEMORY_GUARD, step, {"counter": counter, "watched_bytes": value,
+                                          "limit_bytes": limit,
+                                          "growth_bytes_per_step": growth})
+        if step == 0:
+            why = (f"memory guard: {counter} is {format_bytes(value)} before the first step, "
+                   f"already over --max-memory {format_bytes(limit)}; nothing was trained")
+        else:
+            why = (f"memory guard: {counter} at {format_bytes(value)} would pass --max-memory "
+                   f"{format_bytes(limit)} next step")
+        self._stop(why)
+        return True
