@@ -9,7 +9,7 @@ from typing import Any
 
 from probes.records import StepSample
 from probes.tools.stats import percentile
-from probes.tools.units import NA, format_bytes, format_ms
+from probes.tools.units import NA, format_bytes, format_estimate, format_ms
 from tui.format import fit, format_value
 
 
@@ -49,11 +49,12 @@ def phase_lines(prefill: Sequence[StepSample], decode: Sequence[StepSample], wid
 def admission_text(d: Mapping[str, Any] | None, width: int) -> str:
     if not d:
         return fit("admission: measured after request 1's prefill…", width)
-    text = (f"admission: {d.get('sequences_fit')} sequences of {d.get('seq_len')} tokens fit in "
+    fit_n = format_estimate(d.get("sequences_fit"))
+    text = (f"admission: {fit_n} sequences of {d.get('seq_len')} tokens fit in "
             f"{format_bytes(d.get('budget_bytes'))} ({d.get('budget_source')}); limited by "
             f"{d.get('limit')}")
     if len(text) > width:  # 80 columns: the count, the budget and the limit, shorter
-        head = (f"admits {d.get('sequences_fit')} × {d.get('seq_len')}-token seqs in "
+        head = (f"admits {fit_n} × {d.get('seq_len')}-token seqs in "
                 f"{format_bytes(d.get('budget_bytes'))}; limit: {d.get('limit_kind')}")
         text = (f"{head} ({format_bytes(d.get('kv_bytes_per_sequence'))} KV + "
                 f"{format_bytes(d.get('temp_bytes_per_sequence'))} temp/seq)")

@@ -166,9 +166,13 @@ def ledger_rows(data: dict[str, Any]) -> list[tuple[str, str, str, str]]:
 
 
 def ledger_footer(data: dict[str, Any]) -> str:
-    """Below the lines: "tensors" sums only the exact tensor lines (params, grads, optimizer
-    state, activations), not the heap/other/cache lines, so it is not the column's total."""
-    return (f"tensors {format_bytes(data.get('total_measured_bytes'))} · allocated "
+    """Below the lines: "tensors" sums the exact tensor lines alive at the snapshot (params,
+    optimizer state, weight copies, activations; not the gradients, which do not exist at the
+    end of forward), not the heap/other/cache lines, so it is not the column's total."""
+    alive = data.get("tensors_at_snapshot_bytes")
+    if alive is None:  # a run recorded before the ledger said it
+        alive = data.get("total_measured_bytes")
+    return (f"tensors {format_bytes(alive)} · allocated "
             f"{format_bytes(data.get('allocated_bytes'))} · reserved "
             f"{format_bytes(data.get('reserved_bytes'))} · step {data.get('sampled_step', '?')}")
 

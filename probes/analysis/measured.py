@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+LOSS_WINDOW = 10  # steps in a "recent loss": the report's, and compare's loss agreement
+
 
 def measured_steps(steps: list[dict[str, Any]], warmup: int) -> tuple[list[dict], str]:
     """Timing stats leave out the warmup and only the steps the profiler traced (its wait,

@@ -10,7 +10,7 @@ from typing import Any
 
 from probes.records.step import StepSample
 from probes.records.values import clean, finite_num, is_int, short_text
-from probes.tools.units import format_bytes
+from probes.tools.units import format_bytes, format_estimate
 
 
 @dataclass(frozen=True)
@@ -163,7 +163,8 @@ def _request_done(d: Mapping[str, Any]) -> str:
 
 
 def _admission(d: Mapping[str, Any]) -> str:
-    return (f"{d.get('sequences_fit')} sequences of {d.get('seq_len')} tokens fit in "
+    return (f"{format_estimate(d.get('sequences_fit'))} sequences of {d.get('seq_len')} "
+            f"tokens fit in "
             f"{format_bytes(d.get('budget_bytes'))} ({d.get('budget_source')}); limited by "
             f"{d.get('limit')}")
 
@@ -253,6 +254,7 @@ _KINDS = (
                "sampled_step": "int", "batch_size": "int", "seq_len": "int", "snapshot": "str",
                "measure_ms": "num", "total_measured_bytes": "int", "allocated_bytes": "int",
                "reserved_bytes": "int", "explained_bytes": "int", "unexplained_bytes": "int",
+               "tensors_at_snapshot_bytes": "int",
                "unexplained_ratio": "num", "attention_scores_bytes": "int",
                "peak_allocated_bytes": "int", "counter": "str", "device": "str"},
               loud=False),

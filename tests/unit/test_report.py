@@ -12,6 +12,7 @@ import pytest
 from factories import TINY, copy_run, metrics_rows, run_digests, write_junk_run
 
 from probes.analysis.report import build_report, peak_flops, write_report
+from probes.analysis.report.sections.setup import sync_rule
 from probes.tools.stats import percentile
 from tui.cli import main as cli_main
 
@@ -21,7 +22,7 @@ FIELDS = {
     "model": ("layers", "dim", "heads", "vocab", "params"),
     "input": ("batch_size", "seq_len", "token_dtype", "param_dtype", "compute_dtype"),
     "measurement": ("steps", "sync_rule", "timing", "counters"),
-    "results": ("final_loss", "mean_loss", "tokens_per_s_p50", "step_ms_p50", "step_ms_p95",
+    "results": ("final_loss", "recent_loss", "tokens_per_s_p50", "step_ms_p50", "step_ms_p95",
                 "peak_allocated_bytes", "peak_reserved_bytes", "driver_peak_bytes",
                 "skipped_steps", "mfu", "mfu_note", "flops_per_token"),
 }
@@ -36,17 +37,19 @@ def test_every_run_ends_with_a_report_consistent_with_metrics(finished_run):
     assert report["mode"] == "train" and report["amp"] == "bf16"
     assert report["warmup_steps"] == TINY["warmup_steps"]
     assert report["complete"] is True and report["incomplete_reasons"] == []
-    rule = report["measurement"]["sync_rule"]
-    assert "loss, gradient norm and GradScaler scale" in rule and "fused AdamW" in rule
-    assert "GradScaler.step" in rule and ".item()" in rule  # not "the only host sync"
-    assert "only" not in rule
+    rule = report["measurement"]["sync_rule"]  # a CPU run: no device to wait for
+    assert rule.startswith("none needed: on CPU") and "GradScaler.step" not in rule
+    cuda_rule = sync_rule("cuda:0")
+    assert "loss, gradient norm and GradScaler scale" in cuda_rule and "fused AdamW" in cuda_rule
+    assert "GradScaler.step" in cuda_rule and ".item()" in cuda_rule  # not "the only host sync"
+    assert "only" not in cuda_rule
     assert report["model"]["vocab"] == 256
 
     steps, events = metrics_rows(finished_run)
     res = report["results"]
     assert report["measurement"]["steps"] == res["steps_recorded"] == len(steps) == 12
     assert res["final_loss"] == steps[-1]["loss"]
-    assert res["mean_loss"] == pytest.approx(statistics.fmean(r["loss"] for r in steps))
+    assert res["recent_loss"] == pytest.approx(statistics.fmean(r["loss"] for r in steps[-10:]))
     timed = [r for r in steps if r["step"] > TINY["warmup_steps"] and not r["profiling"]]
     assert res["stats_steps"] == len(timed)
     assert res["tokens_per_s_p50"] == pytest.approx(

@@ -16,7 +16,7 @@ from typing import Any
 
 from probes import records as R
 from probes.analysis.compare.windows import DEFAULT_LOSS_TOLERANCE, profile_windows, windows_summary
-from probes.analysis.measured import measured_steps
+from probes.analysis.measured import LOSS_WINDOW, measured_steps
 from probes.records import finite_num, record_from_json
 from probes.runfolder import (
     RunFolderError,
@@ -32,7 +32,6 @@ IGNORED_VARIABLES = ("run_dir", "baseline")  # where it was written, what it com
 MODEL_KEYS = ("layers", "heads", "dim")  # a different model needs --force to be compared
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_MAX_ROWS = 5000  # longer runs are thinned evenly before resampling
-LOSS_WINDOW = 10
 NOISE_RULE = ("median over the measured steps (after warmup, profiler-window steps left out), "
               "band = p25-p75 of the per-step values; the change is the ratio of the medians "
               f"with a 95% bootstrap interval ({BOOTSTRAP_RESAMPLES} resamples of the per-step "

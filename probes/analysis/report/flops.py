@@ -38,11 +38,11 @@ def peak_flops(device_name: str | None, amp: str,
     A MIG slice (``mig``, or "MIG" in the name) has only part of the GPU's SMs; memtop keeps no
     per-profile figures, so MFU is not computed rather than divided by the whole GPU's peak."""
     if not device_name or device_name.upper() == "CPU":
-        return None, ("CPU peak FLOP/s depends on cores, clocks and vector units; memtop keeps "
-                      "no table for CPUs, so MFU is not computed (achieved FLOP/s is)")
+        return None, ("memtop keeps no peak FLOP/s for CPUs (it depends on cores, clocks and "
+                      "vector units), so it reports achieved FLOP/s, not MFU")
     if mig or re.search(r"\bMIG\b", device_name):
-        return None, (f"{device_name} is a MIG slice with a fraction of the GPU's SMs; memtop "
-                      "keeps no per-slice peak, so MFU is not computed (achieved FLOP/s is)")
+        return None, (f"{device_name} is a MIG slice with a fraction of the GPU's SMs and memtop "
+                      "keeps no per-slice peak, so it reports achieved FLOP/s, not MFU")
     dtype = amp if amp in ("bf16", "fp16") else "fp32"
     model = _VENDOR_WORDS.sub("", device_name.strip())
     for pattern, table in PEAK_FLOPS:

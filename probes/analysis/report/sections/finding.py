@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from probes.analysis.report.context import ReportContext
-from probes.analysis.report.sections.profiles import op_time
+from probes.analysis.report.sections.profiles import op_time, window_label
 from probes.tools.units import format_bytes, format_duration, format_ms, format_pct, format_rate
 
 _NON_TENSOR = ("runtime heap at start", "other / temporaries", "allocator cache")
@@ -109,7 +109,7 @@ def finding(r: dict[str, Any]) -> str:
              f"times of {format_ms(res['step_ms_p50'])} p50 and "
              f"{format_ms(res['step_ms_p95'])} p95")
         s += (f", an MFU of {format_pct(res['mfu'])} ({res['mfu_note']})." if res["mfu"] is not None
-              else f"; no MFU ({res['mfu_note']}).")
+              else ".")  # why there is no MFU is said once, under Results
         out.append(s)
     hypothesis = None
     if r.get("ledger"):
@@ -122,7 +122,7 @@ def finding(r: dict[str, Any]) -> str:
         w = windows[-1]
         op = max(w["top_ops"], key=lambda o: op_time(o)[0])
         t, kind = op_time(op)
-        out.append(f"In the profiler window at step {w['step']} the hottest op was "
+        out.append(f"In the profiler window over {window_label(w)} the hottest op was "
                    f"{op.get('name')} ({t / 1000:.1f} ms {kind} over {op.get('calls')} calls).")
     out.extend(_leak_sentences(r["leaks"]))
     if res["skipped_steps"]:

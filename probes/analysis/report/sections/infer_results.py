@@ -12,7 +12,7 @@ from probes.records import finite_num
 from probes.tools.kvcache import KV_FORMULA
 from probes.tools.stats import percentile
 from probes.tools.tables import markdown_table
-from probes.tools.units import format_bytes, format_ms, format_pct, format_rate
+from probes.tools.units import format_bytes, format_estimate, format_ms, format_pct, format_rate
 
 
 def _slope(xs: list[float], ys: list[float]) -> tuple[float | None, float | None]:
@@ -146,7 +146,8 @@ def _admission(adm: dict[str, Any] | None) -> list[str]:
     return md + [f"At a budget of {format_bytes(adm.get('budget_bytes'))} "
                  f"({adm.get('budget_source')}), with {format_bytes(adm.get('used_bytes'))} held "
                  f"before the first request (weights {format_bytes(adm.get('weights_bytes'))}): "
-                 f"**{adm.get('sequences_fit')} concurrent sequences** of {adm.get('seq_len')} "
+                 f"**{format_estimate(adm.get('sequences_fit'))} concurrent sequences** of "
+                 f"{adm.get('seq_len')} "
                  f"tokens fit, each needing {format_bytes(adm.get('kv_bytes_per_sequence'))} of "
                  f"cache and {format_bytes(adm.get('temp_bytes_per_sequence'))} of prefill "
                  f"temporaries (measured in request 1). Limited by {adm.get('limit')}.", ""]

@@ -31,10 +31,17 @@ def render(section: dict[str, Any], report: dict[str, Any]) -> list[str]:
            f"{led.get('measure_ms')} ms to measure.", "",
            markdown_table(["line", "measured", "predicted", "formula"], rows, right={1, 2}), ""]
     md += [f"- **{ln.get('name')}**: {ln['note']}" for ln in led["lines"] if ln.get("note")]
-    total, alloc = led.get("total_measured_bytes"), led.get("allocated_bytes")
-    share = (f" ({total / alloc:.1%} of allocated)" if isinstance(total, int)
+    alive, alloc = led.get("tensors_at_snapshot_bytes"), led.get("allocated_bytes")
+    if not isinstance(alive, int):  # a run recorded before the ledger said it
+        alive = led.get("total_measured_bytes")
+    share = (f" ({alive / alloc:.1%} of allocated)" if isinstance(alive, int)
              and isinstance(alloc, int) and alloc > 0 else "")
-    return md + ["", f"Exact tensor lines total {format_bytes(total)}{share}; "
+    grads = next((ln for ln in led["lines"] if ln.get("name") == "gradients"), None)
+    apart = (f" (gradients, {format_bytes(grads.get('measured_bytes'))}, live only between "
+             "backward and zero_grad, are measured then and not counted here)"
+             if grads and grads.get("measured_bytes") else "")
+    return md + ["", f"The exact tensor lines alive at the snapshot total "
+                 f"{format_bytes(alive)}{share}{apart}; "
                  f"allocated {format_bytes(led.get('allocated_bytes'))}, reserved "
                  f"{format_bytes(led.get('reserved_bytes'))} at the snapshot; unexplained "
                  f"{format_bytes(led.get('unexplained_bytes'))} "

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from probes.analysis.measured import measured_steps
+from probes.analysis.measured import LOSS_WINDOW, measured_steps
 from probes.analysis.report.context import ReportContext, is_gpt_config, run_amp, warmup_steps
 from probes.analysis.report.flops import flops_per_token, peak_flops
 from probes.counters.cuda_stats import driver_overhead_bytes, fragmentation
@@ -59,8 +59,9 @@ def train_results(config: dict[str, Any], steps: list[dict], started: dict) -> d
         "last_step": last.get("step"),
         "stats_over": over, "stats_steps": len(stats_rows),
         "final_loss": finite_num(last.get("loss")),
-        "mean_loss": sum(losses) / len(losses) if losses else None,
-        "mean_loss_over": "all recorded steps with a finite loss",
+        "recent_loss": sum(losses[-LOSS_WINDOW:]) / len(losses[-LOSS_WINDOW:]) if losses
+        else None,  # where the run ended up; a mean over the whole run mixes in its start
+        "recent_loss_over": f"the last {min(len(losses), LOSS_WINDOW)} steps with a finite loss",
         "tokens_per_s_p50": tps50,
         "samples_per_s_p50": percentile(sps, 50),
         "step_ms_p50": percentile(ms, 50), "step_ms_p95": percentile(ms, 95),
@@ -109,7 +110,8 @@ def render(section: dict[str, Any], report: dict[str, Any]) -> list[str]:
     res = section["results"]
     rows = [
         ["final loss", f"{res['final_loss']:.4f}" if res["final_loss"] is not None else None],
-        ["mean loss", f"{res['mean_loss']:.4f}" if res["mean_loss"] is not None else None],
+        [f"loss, mean of the last {min(LOSS_WINDOW, res['steps_recorded'])} steps",
+         f"{res['recent_loss']:.4f}" if res["recent_loss"] is not None else None],
         ["tokens/s p50", format_rate(res["tokens_per_s_p50"])],
         *([["samples/s p50", format_rate(res["samples_per_s_p50"])]]
           if res.get("samples_per_s_p50") is not None else []),

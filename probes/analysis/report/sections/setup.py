@@ -14,6 +14,9 @@ from probes.analysis.report.context import (
 from probes.tools.tables import markdown_table
 from probes.tools.units import format_bytes
 
+CPU_SYNC_RULE = ("none needed: on CPU every op has finished when it returns, so the step's wall "
+                 "time is its work; the loss, gradient norm and scale are read once at the "
+                 "step's end (probes/monitor/stepvalues.py)")
 SYNC_RULE = ("one blocking device-to-host transfer per step, after the optimizer step: loss, "
              "gradient norm and GradScaler scale stacked and read together "
              "(probes/monitor/stepvalues.py);"
@@ -21,6 +24,12 @@ SYNC_RULE = ("one blocking device-to-host transfer per step, after the optimizer
              "the kernel instead of reading it (a non-fused optimizer adds that .item()); the "
              "allocator counters and NVML are host reads; no explicit synchronize")
 TIMING = "wall clock per step, batch fetch to optimizer update (time.perf_counter)"
+
+
+def sync_rule(device: Any) -> str:
+    """The sync rule that held on the run's device: the CUDA one only where there is a device
+    to wait for."""
+    return SYNC_RULE if str(device or "").startswith("cuda") else CPU_SYNC_RULE
 
 
 def _model_and_input(ctx: ReportContext) -> tuple[dict, dict]:
@@ -68,7 +77,8 @@ def build(ctx: ReportContext) -> dict[str, Any]:
         "warmup_steps": warmup_steps(config),
         "measurement": {
             "steps": len(ctx.steps), "steps_planned": config.get("steps"),
-            "sync_rule": SYNC_RULE, "timing": TIMING,
+            "sync_rule": sync_rule(started.get("device") or config.get("resolved_device")),
+            "timing": TIMING,
             "counters": started.get("counters"), "driver_counter": started.get("driver_counter"),
             "seed": config.get("seed"),
         },
