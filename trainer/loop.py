@@ -151,8 +151,10 @@ class Trainer(BackgroundRun):
                 gc.collect()
                 gc.freeze()
             self._train(mon, model, optimizer, scaler, batches, device, amp)
-            if cfg.save_weights and not self.session.recorder.write_failed:
-                self._save_weights(mon, model, amp)
+            if cfg.save_weights and not self.rank and not self.session.recorder.write_failed:
+                # once per run, by rank 0 (the ranks' weights are the same after each step),
+                # from the model itself: DistributedDataParallel wraps it and has no .config
+                self._save_weights(mon, gpt_model, amp)
             mon.close()
             self.exit_code = 1 if self.session.recorder.write_failed else 0
         except Exception as exc:  # a monitoring tool stays up when the training fails
