@@ -253,7 +253,7 @@ class FolderSource(RunSource):
         if self.gone:
             parts.append("metrics file deleted: showing the last state")
         if self.bad:
-            parts.append(f"{self.bad} unreadable lines skipped")
+            parts.append(f"{self.bad} bad lines skipped")
         if self.not_live and not self.finished:
             parts.append(f"not live ({self.not_live})")
         return "; ".join(parts) or None
