@@ -38,12 +38,16 @@ def oom_runs(ctx: Ctx) -> dict[str, Any]:
                 data = err[0].data if err else {}
                 files = [data.get("memory_summary"), data.get("memory_snapshot")]
                 present = all(f and (run.run_dir / f).is_file() for f in files)
-                entries = None
+                entries, load_error = None, None
                 if present:
-                    entries = sum(len(t) for t in _load_snapshot(
-                        run.run_dir / files[1]).get("device_traces", []))
+                    try:  # a refusal is a finding of the claims that read entries, not a crash
+                        entries = sum(len(t) for t in _load_snapshot(
+                            run.run_dir / files[1]).get("device_traces", []))
+                    except Exception as exc:
+                        load_error = f"{type(exc).__name__}: {exc}"
                 out[name] = {"oom": "OutOfMemory" in str(data.get("error_type", "")),
                              "present": present, "trace_entries": entries,
+                             "load_error": load_error,
                              "snapshot": str(run.run_dir / files[1]) if present else None,
                              **{k: data.get(k) for k in ("error_type", "memory_summary",
                                                          "memory_snapshot", "memory_snapshot_s",
@@ -71,7 +75,8 @@ def _load_snapshot(path: Path) -> dict[str, Any]:
 def _oom_text(d: dict[str, Any]) -> str:
     return (f"{d['error_type']}: {d['memory_summary']}, {d['memory_snapshot']} "
             f"({d['memory_snapshot_kind']}), dump {d['memory_snapshot_s']} s, "
-            f"{d['trace_entries']} trace entries")
+            f"{d['trace_entries']} trace entries"
+            + (f" (snapshot not read: {d['load_error']})" if d["load_error"] else ""))
 
 
 @claim("oom_plain_artifacts", "an OOM writes the error row, memory_summary and a snapshot "

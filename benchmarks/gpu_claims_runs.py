@@ -155,6 +155,8 @@ def nccl_world_size_1(ctx: Ctx) -> Outcome:
     if not dist.is_nccl_available():
         return Outcome.not_run("this torch has no NCCL")
     dev = torch.device(ctx.device)
+    if dev.index is None:  # DistributedDataParallel's device_ids want an index
+        dev = torch.device("cuda", 0)
     torch.cuda.set_device(dev)
     dist.init_process_group("nccl", store=dist.HashStore(), rank=0, world_size=1)
     try:
@@ -272,37 +274,15 @@ async def _dashboard(ctx: Ctx, app_class: Any) -> Outcome:
             await pilot.pause(0.2)
         return True
 
-    async with app.run_test(size=(120, 40)) as pilot:
-        ok = await wait_for(pilot, lambda: app.trainer.status.step >= 30
-                            or app.trainer.status.state == "failed", 90)
-        if not ok or app.trainer.status.state == "failed":
-            problems.append(f"trainer: {app.trainer.status.state}, step "
-                            f"{app.trainer.status.step}, {app.trainer.status.error}")
-        else:
-            app.redraw_chart()
-            ticks = app.ticks
-            await wait_for(pilot, lambda: app.ticks >= ticks + 2, 10)
-            await pilot.pause(0.3)
-            figures["dashboard_svg"] = str(app.save_screenshot(filename="dashboard.svg",
-                                                               path=str(ctx.out)))
-            panes = {k: p.top_text for k, p in app.panes.items()}
-            figures.update(header=app.header_bar.text, panes=panes)
-            name = torch.cuda.get_device_name(torch.device(ctx.device))
-            if "n/a" in panes["allocated"]:
-                problems.append(f"allocated pane: {panes['allocated']}")
-            if name.split()[-1] not in app.header_bar.text:
-                problems.append(f"GPU name not in the header: {app.header_bar.text}")
-            if "no scaler" in panes["scale"]:
-                problems.append(f"scale pane: {panes['scale']}")
-            await pilot.press("p")
-            if await wait_for(pilot, lambda: bool(app.ops_table.ops), 60):
-                app.clear_notifications()
-                await pilot.pause(0.6)
-                figures["profiler_svg"] = str(app.save_screenshot(filename="profiler.svg",
-                                                                  path=str(ctx.out)))
-        await pilot.press("q")
-        await wait_for(pilot, lambda: app.return_code is not None, 60)
-    app.shutdown(timeout_s=30)
+    try:
+        async with app.run_test(size=(120, 40)) as pilot:
+            try:
+                await _look(ctx, app, pilot, wait_for, problems, figures)
+            finally:  # whatever happened, q: the trainer stops at its next step boundary
+                await pilot.press("q")
+                await wait_for(pilot, lambda: app.return_code is not None, 60)
+    finally:
+        app.shutdown(timeout_s=30)  # and is joined before the claim ends
     if app.trainer.alive:
         problems.append("the trainer thread is still alive after q")
     app = None  # the app holds the trainer and its model: gone before the cache is emptied
@@ -312,3 +292,35 @@ async def _dashboard(ctx: Ctx, app_class: Any) -> Outcome:
                          f"header: {str(figures.get('header', '')).strip()}; svgs: "
                          f"{[k for k in figures if k.endswith('svg')]}",
                          trainer_threads_left=alive, **figures)
+
+
+async def _look(ctx: Ctx, app: Any, pilot: Any, wait_for: Any, problems: list[str],
+                figures: dict[str, Any]) -> None:
+    """30 steps on screen: the panes, the header, dashboard.svg; then p and profiler.svg."""
+    ok = await wait_for(pilot, lambda: app.trainer.status.step >= 30
+                        or app.trainer.status.state == "failed", 90)
+    if not ok or app.trainer.status.state == "failed":
+        problems.append(f"trainer: {app.trainer.status.state}, step "
+                        f"{app.trainer.status.step}, {app.trainer.status.error}")
+        return
+    app.redraw_chart()
+    ticks = app.ticks
+    await wait_for(pilot, lambda: app.ticks >= ticks + 2, 10)
+    await pilot.pause(0.3)
+    figures["dashboard_svg"] = str(app.save_screenshot(filename="dashboard.svg",
+                                                       path=str(ctx.out)))
+    panes = {k: p.top_text for k, p in app.panes.items()}
+    figures.update(header=app.header_bar.text, panes=panes)
+    name = torch.cuda.get_device_name(torch.device(ctx.device))
+    if "n/a" in panes["allocated"]:
+        problems.append(f"allocated pane: {panes['allocated']}")
+    if name.split()[-1] not in app.header_bar.text:
+        problems.append(f"GPU name not in the header: {app.header_bar.text}")
+    if "no scaler" in panes["scale"]:
+        problems.append(f"scale pane: {panes['scale']}")
+    await pilot.press("p")
+    if await wait_for(pilot, lambda: bool(app.ops_table.ops), 60):
+        app.clear_notifications()
+        await pilot.pause(0.6)
+        figures["profiler_svg"] = str(app.save_screenshot(filename="profiler.svg",
+                                                          path=str(ctx.out)))
