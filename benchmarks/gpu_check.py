@@ -76,7 +76,7 @@ def run_one(c: reg.Claim, ctx: reg.Ctx) -> Result:
     t0 = time.monotonic()
     thread = threading.Thread(target=target, name=f"gpu-claim-{c.name}", daemon=True)
     thread.start()
-    thread.join(max(1.0, min(c.limit_s, ctx.left_s() + 30.0)))
+    thread.join(max(1.0, min(c.limit_s, ctx.left_s() + 20.0)))
     r.seconds = round(time.monotonic() - t0, 1)
     if thread.is_alive():
         r.status, r.detail = reg.FAIL, (f"did not finish in {r.seconds:.0f} s (given up; its "
