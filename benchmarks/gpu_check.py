@@ -10,7 +10,8 @@ benchmarks/gpu_registry.py (its docstring says how to add one). Each claim runs 
 thread with its own time limit: a claim that fails, raises or hangs is recorded and the next one
 runs. After every claim OUT_DIR/summary.json, summary.md and results.jsonl are rewritten, so a
 run that is killed keeps every claim finished so far (the rest read NOT RUN, not reached).
-Allocated device memory is compared before and after each claim (a claim must free its model).
+The device tensors Python reaches are counted before and after each claim (a claim must free
+its model), beside allocated memory.
 
 Writes into OUT_DIR (new or empty): summary.md (every claim PASS / FAIL / NOT RUN with its
 detail), summary.json (with figures and tracebacks), results.jsonl, gpu_check.log,
@@ -50,7 +51,8 @@ class Result:
     detail: str = "not reached"
     figures: dict[str, Any] = dataclasses.field(default_factory=dict)
     seconds: float = 0.0
-    leftover_bytes: int | None = None
+    leftover_bytes: int | None = None  # allocated after − before (a figure: workspaces too)
+    leftover_tensor_bytes: int | None = None  # device tensors still reachable (judged)
     traceback: str | None = None
 
 
@@ -64,6 +66,7 @@ def run_one(c: reg.Claim, ctx: reg.Ctx) -> Result:
         r.detail = f"time budget: {ctx.left_s():.0f} s left, the claim needs {c.needs_s:.0f} s"
         return r
     before = reg.allocated_bytes(ctx.device)
+    tensors_before = reg.live_tensor_bytes(ctx.device)
     box: dict[str, Any] = {}
 
     def target() -> None:
@@ -94,9 +97,12 @@ def run_one(c: reg.Claim, ctx: reg.Ctx) -> Result:
     box.clear()  # the claim's outcome holds no model; its frames go with the exception
     reg.free_device()
     after = reg.allocated_bytes(ctx.device)
+    tensors_after = reg.live_tensor_bytes(ctx.device)
     if before is not None and after is not None:
         r.leftover_bytes = after - before
-        ctx.leftovers[c.name] = r.leftover_bytes
+    if tensors_before is not None and tensors_after is not None:
+        r.leftover_tensor_bytes = tensors_after - tensors_before
+        ctx.leftovers[c.name] = r.leftover_tensor_bytes
     return r
 
 

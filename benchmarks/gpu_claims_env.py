@@ -86,9 +86,10 @@ def memtop_dependencies_import(ctx: Ctx) -> Outcome:
     return Outcome.check(not missing, detail, runtime=runtime, tests=tests)
 
 
-@claim("runs_free_their_memory", "every claim left the device's allocated memory where it "
-       "found it (each run's model is freed before the next claim: no gc.freeze, caches "
-       "emptied)", group="environment", needs_s=0, priority=1000)
+@claim("runs_free_their_memory", "no claim left device tensors behind (each run's model, "
+       "gradients and optimizer state are freed before the next claim: no gc.freeze, caches "
+       "emptied; counted over the tensors Python reaches)", group="environment", needs_s=0,
+       priority=1000)
 def runs_free_their_memory(ctx: Ctx) -> Outcome:
     measured = {k: v for k, v in ctx.leftovers.items() if k != "runs_free_their_memory"}
     if not measured:
@@ -96,4 +97,4 @@ def runs_free_their_memory(ctx: Ctx) -> Outcome:
     kept = {k: v for k, v in measured.items() if v > 1 * MIB}
     detail = (f"{len(measured)} claims measured; kept > 1 MiB: "
               + (", ".join(f"{k} {v / MIB:.1f} MiB" for k, v in kept.items()) or "none"))
-    return Outcome.check(not kept, detail, leftover_bytes=measured)
+    return Outcome.check(not kept, detail, leftover_tensor_bytes=measured)

@@ -27,7 +27,7 @@ The rules a claim keeps:
   feature); ``cuda_only=True`` (the default) says NOT RUN on a CPU without calling it.
 - It leaves nothing on the device: ``ctx.train`` returns the run's records, drops the trainer and
   frees the allocator's cache; the runner compares allocated memory before and after each claim
-  (the ``runs_free_their_memory`` claim).
+  (the ``runs_free_their_memory`` claim counts the device tensors Python still reaches).
 - It fits its time: it is not started with less than ``needs_s`` seconds of budget left, and is
   given up at ``limit_s`` (a FAIL; the next claim runs).
 - Names are unique (a second claim of the same name is refused at import). Claims run in the
@@ -165,6 +165,26 @@ def allocated_bytes(device: str) -> int | None:
     return int(torch.cuda.memory_allocated(torch.device(device)))
 
 
+def live_tensor_bytes(device: str) -> int | None:
+    """Bytes of the device tensors Python still reaches (each storage once): what a model, its
+    gradients or its optimizer state left alive would show. Allocated memory alone would also
+    count what torch keeps on purpose (a cuBLAS workspace per thread and stream)."""
+    import torch
+
+    if not device.startswith("cuda") or not torch.cuda.is_available():
+        return None
+    gc.collect()
+    storages: dict[int, int] = {}
+    for obj in gc.get_objects():
+        try:
+            if isinstance(obj, torch.Tensor) and obj.is_cuda:
+                storage = obj.untyped_storage()
+                storages[storage.data_ptr()] = storage.nbytes()
+        except Exception:  # a tensor subclass or a meta tensor without storage
+            continue
+    return sum(storages.values())
+
+
 @dataclasses.dataclass
 class Ctx:
     """What a claim gets: where to write, the device, the budget, a log, shared runs."""
@@ -174,7 +194,7 @@ class Ctx:
     deadline: float
     log: Callable[[str], None] = print
     cache: dict[str, Any] = dataclasses.field(default_factory=dict)
-    leftovers: dict[str, int] = dataclasses.field(default_factory=dict)  # claim -> bytes
+    leftovers: dict[str, int] = dataclasses.field(default_factory=dict)  # claim -> tensor bytes
 
     @property
     def is_cuda(self) -> bool:
