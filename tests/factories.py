@@ -26,7 +26,7 @@ from probes.records import Event, StepSample
 from probes.runfolder import METRICS, json_line, read_metrics, write_json
 
 ROOT = Path(__file__).resolve().parent.parent
-DATA = Path(__file__).resolve().parent / "data"  # recorded CUDA counters, a hand-written trace
+DATA = Path(__file__).resolve().parent / "data"  # recorded CUDA data (tests/data/README.md)
 
 # torch's and Kineto's chatter on every run, silenced here and in every process a test starts
 QUIET_LOGS = {"TORCH_CPP_LOG_LEVEL": "ERROR", "KINETO_LOG_LEVEL": "5"}
@@ -90,6 +90,27 @@ def run_python(code: str, *args: str, timeout: float = 120) -> subprocess.Comple
     return subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT, capture_output=True,
                           text=True, timeout=timeout, env=subprocess_env(),
                           stdin=subprocess.DEVNULL)
+
+
+def shared_gpu_artifact(name: str) -> Path | None:
+    """A file of ``../shared/gpu-artifacts/`` (real GPU traces and snapshots recorded by others,
+    too big for tests/data; CI has the folder beside its checkout), or None when this machine
+    has none. It is looked for beside the checkout, and beside the main checkout whose git
+    directory this one shares: a git worktree lives elsewhere (e.g. /work/wt/NAME) but its
+    common git directory is the main checkout's .git."""
+    roots = [ROOT.parent]
+    try:
+        common = subprocess.run(["git", "rev-parse", "--git-common-dir"], cwd=ROOT,
+                                capture_output=True, text=True, timeout=10).stdout.strip()
+        if common:
+            roots.append((ROOT / common).resolve().parent.parent)
+    except (OSError, subprocess.SubprocessError):
+        pass
+    for root in roots:
+        path = root / "shared" / "gpu-artifacts" / name
+        if path.is_file():
+            return path
+    return None
 
 
 def import_benchmark(name: str) -> ModuleType:

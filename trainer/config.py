@@ -211,8 +211,9 @@ class TrainConfig:
                 "profile_record_shapes": self.profile_record_shapes}
 
     def to_json(self) -> dict[str, Any]:
-        """What config.json holds: the options as given (the resolved device and amp mode are
-        in the run_started row, written by the machine that ran)."""
+        """What config.json holds: the options as given. The machine that runs adds the
+        resolved device and amp beside them (``resolved_device``, ``resolved_amp``) when the
+        run starts (probes/runfolder/recorder.py ``add_to_config``); run_started has them too."""
         return dataclasses.asdict(self)
 
     @classmethod

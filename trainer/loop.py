@@ -152,9 +152,11 @@ class Trainer(BackgroundRun):
                 gc.collect()
                 gc.freeze()
             self._train(mon, model, optimizer, scaler, batches, device, amp)
-            if cfg.save_weights and not self.session.recorder.write_failed \
+            if cfg.save_weights and not self.rank and not self.session.recorder.write_failed \
                     and mon.step_count > 0:  # nothing trained (the guard at start): no weights
-                self._save_weights(mon, model, amp)
+                # once per run, by rank 0 (the ranks' weights are the same after each step),
+                # from the model itself: DistributedDataParallel wraps it and has no .config
+                self._save_weights(mon, gpt_model, amp)
             mon.close()
             self.exit_code = run_exit_code(self.session.state,
                                            failed=self.session.recorder.write_failed)

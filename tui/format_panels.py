@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from probes import records as R
+from probes.records import incomplete
 from probes.tools.units import (
     format_bytes,
     format_duration,
@@ -32,8 +34,12 @@ _COUNTER_SHORT = {"device_allocated": "device allocated", "host_heap": "host hea
 def leak_alert_line(data: dict[str, Any], step: int, compact: bool = False) -> str:
     """One alert as a sentence: what grows, how fast, since when, and how long until full.
 
-    ``compact`` keeps it to one 80-column line so the hint below it gets the room.
+    ``compact`` keeps it to one 80-column line so the hint below it gets the room; an alert row
+    without its counter, rate or start reads "incomplete event (no ...)".
     """
+    missing = incomplete(R.LEAK_SUSPECTED, data)
+    if missing is not None:
+        return f"leak suspected at step {step}: {missing}"
     key = str(data.get("counter", ""))
     counter = (_COUNTER_SHORT if compact else COUNTER_LABELS).get(key, key)
     rate = format_bytes(data.get("bytes_per_step"))

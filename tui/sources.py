@@ -257,7 +257,7 @@ class FolderSource(RunSource):
             parts.append("metrics file cut back in place (copytruncate?): reading on from its "
                          "new start" + (f" ({cut}×)" if cut > 1 else ""))
         if self.bad:
-            parts.append(f"{self.bad} unreadable lines skipped")
+            parts.append(f"{self.bad} bad lines skipped")
         if self.not_live and not self.finished:
             parts.append(f"not live ({self.not_live})")
         return "; ".join(parts) or None

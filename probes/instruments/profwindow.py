@@ -335,7 +335,7 @@ class ProfilerWindow(StepHook):
         self._emit(R.PROFILE_DONE, step, {
             "dir": ana.window.dir_name, "sort_by": result.get("sort_by", self.sort_by),
             "top_ops": result.get("top_ops", []), "phases": result.get("phases", []),
-            "analysis_s": result.get("analysis_s"),
+            "device_time": result.get("device_time"), "analysis_s": result.get("analysis_s"),
             "trace": TRACE_NAME, "table": "top_ops.txt", "export_s": ana.export_s,
             "wall_s": time.perf_counter() - ana.started, "steps": ana.window.steps["active"],
             "in_process": ana.proc is None})

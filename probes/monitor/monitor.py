@@ -316,6 +316,7 @@ class Monitor:
         if self._amp == "auto":
             self._amp = autocast_mode(self.device) or "off"
             self.ctx.amp = self._amp
+            self.session.recorder.add_to_config(resolved_amp=self._amp)  # once a run
 
     def _step_began(self, scope: StepScope) -> None:
         self._in_step = scope

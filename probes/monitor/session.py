@@ -126,6 +126,10 @@ class RunSession:
         """run_started: the device's and the session's facts, with the writer's ``fields``
         (amp, params and what only it knows) between them."""
         device, nvml, server = self.device, self.nvml, self.server
+        resolved: dict[str, Any] = {"resolved_device": str(device)}
+        if isinstance(fields.get("amp"), str) and fields["amp"] != "auto":
+            resolved["resolved_amp"] = fields["amp"]  # else the loop's first forward says it
+        self.recorder.add_to_config(**resolved)
         return self.emit(R.RUN_STARTED, 0, {
             "device": str(device), "device_name": self.device_name,
             "device_total_bytes": self.device_total_bytes,

@@ -3,7 +3,7 @@
     from probes import records as R
     from probes.records import StepSample, Event, record_from_json
 
-    sample = StepSample.from_json(row)      # a metrics.jsonl step row, each field type-checked
+    sample = StepSample.from_json(row)      # a metrics.jsonl step row, its values checked
     event = Event.from_json(row)            # an event row, checked against its kind's fields
     R.EVENT_KINDS[R.LEAK_SUSPECTED].summary # the one-line text headless output and the UI show
 
@@ -53,6 +53,7 @@ from probes.records.events import (  # noqa: F401
     Event,
     EventKind,
     Record,
+    incomplete,
     record_from_json,
     switches_text,
 )
@@ -68,6 +69,7 @@ from probes.records.step import (  # noqa: F401
     PREFILL,
     STEP_FIELDS,
     StepSample,
+    step_row_problem,
 )
 from probes.records.values import (  # noqa: F401
     clean,
@@ -88,6 +90,7 @@ __all__ = [
     "clean",
     "short_text",
     "StepSample",
+    "step_row_problem",
     "INFERENCE_FIELDS",
     "STEP_FIELDS",
     "PREFILL",
@@ -97,6 +100,7 @@ __all__ = [
     "Record",
     "BULKY_FIELDS",
     "record_from_json",
+    "incomplete",
     "EventKind",
     "RUN_STARTED",
     "RUN_FINISHED",

@@ -51,21 +51,38 @@ class Event:
         return EVENT_KINDS.get(self.event)
 
     def summary(self) -> str:
-        """The kind's one-line sentence for this event (the generic key=value list otherwise)."""
+        """The kind's one-line sentence for this event (the generic key=value list otherwise);
+        "incomplete event (no ...)" when a field its sentence needs is missing."""
         kind = self.kind
+        text = incomplete(self.event, self.data)
+        if text is not None:
+            return text
         if kind is not None and kind.summary is not None:
-            try:
-                return kind.summary(self.data)
+            try:  # a null reads as missing: the kind's text puts its "?" or leaves it out
+                return kind.summary({k: v for k, v in self.data.items() if v is not None})
             except Exception:  # a hand-edited row: fall back to the plain listing
                 pass
-        return "  ".join(f"{k}={short_text(v)}" for k, v in self.data.items()
-                         if k not in BULKY_FIELDS)
+        return "  ".join(f"{k}={'n/a' if v is None else short_text(v)}"
+                         for k, v in self.data.items() if k not in BULKY_FIELDS)
 
 
 Record = StepSample | Event
 
 # Fields too big for one line of text (they stay in metrics.jsonl and the report).
 BULKY_FIELDS = frozenset({"traceback", "top_ops", "system", "lines", "model", "phases"})
+
+
+def incomplete(event: str, data: Mapping[str, Any]) -> str | None:
+    """"incomplete event (no a, b)" when an event of a declared kind lacks a field its text needs
+    (missing, null, or dropped on reading for a wrong type), else None. An event that carries
+    its own ``error`` text is complete: the error is what it says. Every place that renders an
+    event (summaries, the report's sections) asks this first, so a hand-edited or foreign row
+    reads as incomplete, never as "None"."""
+    kind = EVENT_KINDS.get(event)
+    if kind is None or (isinstance(data.get("error"), str) and data["error"]):
+        return None
+    missing = [name for name in kind.required if data.get(name) is None]
+    return f"incomplete event (no {', '.join(missing)})" if missing else None
 
 
 def record_from_json(row: Mapping[str, Any]) -> Record:
@@ -84,6 +101,7 @@ class EventKind:
     fields: Mapping[str, Any] = field(default_factory=dict)  # what readers may rely on
     loud: bool = True  # headless output prints a line for it
     summary: Callable[[Mapping[str, Any]], str] | None = None  # the line's text
+    required: tuple[str, ...] = ()  # fields the text needs: without one it is incomplete
 
 
 RUN_STARTED = "run_started"
@@ -126,10 +144,12 @@ _LEAK_FIELDS: dict[str, Any] = {
 def _started(d: Mapping[str, Any]) -> str:
     name = d.get("device_name") or d.get("device") or "?"
     total = d.get("device_total_bytes")
-    text = (f"{name}{' ' + format_bytes(total) if total else ''}, amp {d.get('amp', '?')}, "
-            f"{d.get('params', '?')} params")
+    params = d.get("params")
+    text = (f"{name}{' ' + format_bytes(total) if total else ''}, amp {d.get('amp') or '?'}"
+            + (f", {params} params" if params is not None else ""))
     if d.get("mode") == "infer":
-        text += f", inference: {switches_text(d.get('switches'))}, weights {d.get('weights')}"
+        text += (f", inference: {switches_text(d.get('switches'))}, weights "
+                 f"{d.get('weights') or 'n/a'}")
     return text
 
 
@@ -216,37 +236,50 @@ _KINDS = (
               summary=_started),
     EventKind(RUN_FINISHED, "the last row of every run: why it ended",
               {"reason": "str", "state": "str", "abandoned_step": "int"},
-              summary=lambda d: str(d.get("reason"))),
+              summary=lambda d: str(d.get("reason")),
+              required=("reason",)),
     EventKind(ERROR, "the training failed: type, message, traceback, CUDA artifacts",
-              {"error_type": "str", "message": "str", "traceback": "str"}, summary=_error),
+              {"error_type": "str", "message": "str", "traceback": "str"}, summary=_error,
+              required=("error_type", "message")),
     EventKind(PAUSED, "training paused at a step boundary", {"source": "str"},
               summary=lambda d: f"by {d.get('source', '?')}"),
     EventKind(RESUMED, "training resumed", {"paused_s": "num"},
-              summary=lambda d: f"after {d.get('paused_s', 0):.1f} s"),
+              summary=lambda d: f"after {d.get('paused_s', 0):.1f} s",
+              required=("paused_s",)),
     EventKind(PROFILE_STARTED, "a profiler window opened (its schedule and folder)",
               {"wait": "int", "warmup": "int", "active": "int", "trigger": "str", "dir": "str",
                "record_shapes": "bool", "profile_memory": "bool", "phase": "str"},
               summary=lambda d: f"wait {d.get('wait')} / warmup {d.get('warmup')} / active "
-                                f"{d.get('active')} into {d.get('dir')}"),
+                                f"{d.get('active')} into {d.get('dir')}",
+              required=("wait", "warmup", "active", "dir")),
     EventKind(PROFILE_ANALYSING, "the window's trace is written; its table is being computed",
               {"dir": "str", "export_s": "num"}, loud=False),
     EventKind(PROFILE_DONE, "a profiler window's top-ops table is ready",
               {"dir": "str", "sort_by": "str", "analysis_s": "num", "top_ops": [_OP_FIELDS],
                "phases": [{"name": "str", "calls": "int", "cpu_total_us": "num",
                            "device_span_us": "num"}],
+               "device_time": {"total_us": "num", "launched_us": "num",
+                               "unattributed_us": "num", "unattributed_events": "int",
+                               "linked_by_external_id": "int", "linked_by_correlation": "int"},
                "phase": "str"},
-              summary=_profile_done),
+              summary=_profile_done,
+              required=("dir",)),
     EventKind(PROFILE_CANCELLED, "a profiler window ended without a table, and why",
-              {"dir": "str", "reason": "str"}, summary=lambda d: str(d.get("reason"))),
+              {"dir": "str", "reason": "str"}, summary=lambda d: str(d.get("reason")),
+              required=("reason",)),
     EventKind(LEAK_SUSPECTED, "sustained growth of end-of-step memory", _LEAK_FIELDS,
-              summary=_leak),
+              summary=_leak,
+              required=("counter", "bytes_per_step", "since_step")),
     EventKind(LEAK_CLEARED, "the grown counter is flat again", _LEAK_FIELDS,
-              summary=lambda d: f"{d.get('counter')} flat since step {d.get('since_step')}"),
+              summary=lambda d: f"{d.get('counter')} flat since step {d.get('since_step')}",
+              required=("counter", "since_step")),
     EventKind(LEAK_DEMO_STARTED, "the leak demo started keeping tensors", _LEAK_FIELDS,
-              summary=lambda d: f"{d.get('kind')}: {d.get('hint', '')}"),
+              summary=lambda d: f"{d.get('kind')}: {d.get('hint', '')}",
+              required=("kind",)),
     EventKind(LEAK_DEMO_STOPPED, "the leak demo stopped and released what it kept",
               _LEAK_FIELDS,
-              summary=lambda d: f"released {d.get('released_tensors', '?')} tensors"),
+              summary=lambda d: f"released {d.get('released_tensors', '?')} tensors",
+              required=("released_tensors",)),
     EventKind(LEDGER, "the memory ledger moved (measured lines beside the formulas)",
               {"lines": [{"name": "str", "measured_bytes": "int", "predicted_bytes": "int",
                           "formula": "str", "note": "str"}],
@@ -257,45 +290,56 @@ _KINDS = (
                "tensors_at_snapshot_bytes": "int",
                "unexplained_ratio": "num", "attention_scores_bytes": "int",
                "peak_allocated_bytes": "int", "counter": "str", "device": "str"},
-              loud=False),
+              loud=False,
+              required=("sampled_step", "snapshot", "measure_ms")),
     EventKind(LEDGER_FAILED, "the ledger stopped measuring, and why", {"message": "str"},
-              summary=lambda d: str(d.get("message"))),
+              summary=lambda d: str(d.get("message")),
+              required=("message",)),
     EventKind(MEMORY_GUARD, "--max-memory stopped the run before the limit", _LEAK_FIELDS,
               summary=lambda d: f"{d.get('counter')} at {format_bytes(d.get('watched_bytes'))} "
-                                f"would pass {format_bytes(d.get('limit_bytes'))}"),
+                                f"would pass {format_bytes(d.get('limit_bytes'))}",
+              required=("counter", "watched_bytes", "limit_bytes")),
     EventKind(METRICS_WRITE_FAILED, "metrics.jsonl could not be written (disk full ...)",
-              {"reason": "str"}, summary=lambda d: str(d.get("reason"))),
+              {"reason": "str"}, summary=lambda d: str(d.get("reason")),
+              required=("reason",)),
     EventKind(REPORT_WRITTEN, "report.md / report.json were (re)written", {"path": "str"},
               loud=False),
     EventKind(HINT, "a pitfall seen live (tutorial §7): what, why, what to do; once a run",
               {"hint": "str", "title": "str", "why": "str", "detail": "str"},
-              summary=lambda d: f"{d.get('title')}: {d.get('detail') or d.get('why')}"),
+              summary=lambda d: f"{d.get('title')}: {d.get('detail') or d.get('why')}",
+              required=("title",)),
     EventKind(MEMORY_SNAPSHOT, "a CUDA memory snapshot for pytorch.org/memory_viz (the m key)",
               {"path": "str", "dump_s": "num", "bytes": "int", "kind": "str", "error": "str"},
               summary=lambda d: str(d.get("error") or f"{d.get('path')} ({d.get('kind')}, "
-                                                        f"{d.get('dump_s')} s)")),
+                                                        f"{d.get('dump_s')} s)"),
+              required=("path", "kind", "dump_s")),
     EventKind(CONTROL, "a request from a viewer or the launcher, accepted",
-              {"request": "str", "source": "str", "at_step": "int"}, summary=_control),
+              {"request": "str", "source": "str", "at_step": "int"}, summary=_control,
+              required=("request",)),
     EventKind(WEIGHTS_SAVED, "the trained weights were written (weights.pt), or why not",
-              {"path": "str", "bytes": "int", "error": "str"}, summary=_weights_saved),
+              {"path": "str", "bytes": "int", "error": "str"}, summary=_weights_saved,
+              required=("path", "bytes")),
     EventKind(REQUEST_DONE, "inference: one request (B sequences) generated all its tokens",
               {"request": "int", "ttft_ms": "num", "decode_ms_p50": "num",
                "decode_ms_p95": "num", "prefill_tokens_per_s": "num",
                "decode_tokens_per_s": "num", "kv_cache_bytes": "int",
                "kv_cache_predicted_bytes": "int", "new_tokens": "int"},
-              summary=_request_done),
+              summary=_request_done,
+              required=("request",)),
     EventKind(ADMISSION, "inference: how many concurrent sequences fit in the budget, and why",
               {"budget_bytes": "int", "budget_source": "str", "used_bytes": "int",
                "weights_bytes": "int", "kv_bytes_per_sequence": "int",
                "temp_bytes_per_sequence": "int", "sequences_fit": "int", "seq_len": "int",
-               "limit": "str", "limit_kind": "str"}, summary=_admission),
+               "limit": "str", "limit_kind": "str"}, summary=_admission,
+              required=("sequences_fit", "seq_len", "budget_bytes", "budget_source", "limit")),
     EventKind(CACHE_BASELINE, "inference: the same tokens with and without the KV cache",
               {"tokens": "int", "batch_size": "int", "prompt_len": "int",
                "cached_ms_per_token_p50": "num", "recompute_ms_per_token_p50": "num",
                "cached_total_ms": "num", "recompute_total_ms": "num", "speedup": "num",
                "cached_peak_bytes": "int", "recompute_peak_bytes": "int",
                "kv_cache_bytes": "int", "same_tokens": "bool", "peak_note": "str"},
-              summary=_baseline),
+              summary=_baseline,
+              required=("tokens", "cached_ms_per_token_p50", "recompute_ms_per_token_p50")),
 )
 EVENT_KINDS: dict[str, EventKind] = {k.name: k for k in _KINDS}
 

@@ -1,7 +1,9 @@
 """A step row: what one optimizer step measured, as a frozen dataclass with units in its field
 names. It crosses threads (the training thread to the UI's ring) and files (one JSON object a
-line in metrics.jsonl, probes/runfolder/writer.py); ``from_json`` reads it back with each
-field's type checked, so a hand-edited file shows n/a instead of crashing a reader.
+line in metrics.jsonl, probes/runfolder/writer.py). Read back, a row must keep the schema's
+rules (``step_row_problem``: types, finite numbers, nothing negative but the loss): a row that
+breaks them is a bad line that readers count and say, so a hand-edited or corrupted file never
+passes a negative byte count or an infinite step time off as a figure.
 """
 
 from __future__ import annotations
@@ -63,20 +65,52 @@ class StepSample:
 
     @classmethod
     def from_json(cls, row: Mapping[str, Any]) -> StepSample:
-        """A metrics.jsonl step row back into a sample; ValueError when it is not one.
+        """A metrics.jsonl step row back into a sample; ValueError (naming the field) when it is
+        not one or a value breaks the schema's rules (``step_row_problem``). A missing field
+        reads as its default (rows of older memtop versions)."""
+        problem = step_row_problem(row)
+        if problem is not None:
+            raise ValueError(problem)
+        return cls(**{name: row.get(name, default)
+                      for name, (_kind, _optional, default) in _STEP_FIELDS.items()})
 
-        Values of the wrong type read as None (or the field's default), so one bad value never
-        hides the rest of the row.
-        """
-        if "event" in row or not is_int(row.get("step")):
-            raise ValueError("not a step row")
-        values: dict[str, Any] = {}
-        for name, (kind, optional, default) in _STEP_FIELDS.items():
-            value = row.get(name, default)
-            if not has_type(value, kind):
-                value = None if optional else default
-            values[name] = value
-        return cls(**values)
+
+def step_row_problem(row: Mapping[str, Any]) -> str | None:
+    """Why ``row`` is not a valid step row, or None: every field of StepSample has its declared
+    type (null only where the field allows None), every number is finite, and none is negative
+    but the loss's (bytes, times, rates, counts, norms, scale and step are never below zero).
+    Every reader of a metrics file applies it (probes/runfolder/reader.py): such a row is a bad
+    line, counted and said, never a figure. Fields the schema does not name are ignored."""
+    if "event" in row or not is_int(row.get("step")):
+        return "not a step row"
+    for name, value in row.items():
+        spec = _CHECKS.get(name)
+        if spec is None:
+            continue
+        kind, optional, signed = spec
+        if value is None:
+            if optional:
+                continue
+            return f"{name} is null"
+        t = type(value)
+        if kind == "num":
+            if t is not float and t is not int:
+                return f"{name} is {t.__name__}, not a number"
+            if not math.isfinite(value):
+                return f"{name} is {value}, not finite"
+        elif kind == "int":
+            if t is not int:
+                return f"{name} is {t.__name__}, not int"
+        elif not has_type(value, kind):
+            return f"{name} is {t.__name__}, not {kind}"
+        else:
+            continue
+        if value < 0 and not signed:
+            return f"{name} is {value}, negative"
+    return None
+
+
+SIGNED_FIELDS = frozenset({"loss"})  # a loop's own loss may be below zero; no other field
 
 
 def _field_specs(cls: type) -> dict[str, tuple[str, bool, Any]]:
@@ -102,3 +136,6 @@ PREFILL = "prefill"  # the prompt in one pass: compute-bound, big temporary atte
 DECODE = "decode"  # one new token per sequence over the cache: bandwidth- and launch-bound
 PHASES = (PREFILL, DECODE)  # also the record_function labels in profiler traces
 _STEP_FIELDS = _field_specs(StepSample)
+# name -> (kind, None allowed, may be negative): step_row_problem's rules, from the same specs
+_CHECKS = {name: (kind, optional, name in SIGNED_FIELDS)
+           for name, (kind, optional, _default) in _STEP_FIELDS.items()}

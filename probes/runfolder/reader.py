@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from probes.records import Record, record_from_json
+from probes.records import Record, record_from_json, step_row_problem
 from probes.runfolder.layout import CONFIG, RunFolderError
 
 
@@ -41,8 +41,9 @@ class Rows:
     """What a metrics file held: parsed rows in order, and what could not be read."""
 
     rows: list[dict[str, Any]]
-    bad: int = 0  # lines that are not a JSON object with a step or an event
+    bad: int = 0  # lines that are not a valid step row or event row (``parse_row``)
     truncated: bool = False  # the last line was cut short (the writer was killed mid-line)
+    first_bad: str | None = None  # "line N: why" of the first bad line, for the reader to say
 
     @property
     def steps(self) -> list[dict[str, Any]]:
@@ -56,20 +57,28 @@ class Rows:
         return [record_from_json(r) for r in self.rows]
 
 
-def parse_line(line: bytes | str) -> dict[str, Any] | None:
-    """One line -> a step or event row; None for junk (not JSON, not an object, no step)."""
+def parse_row(line: bytes | str) -> dict[str, Any] | str:
+    """One line -> a step or event row, or why it is a bad line: not JSON, not an object, no
+    step or event, or a step row whose values break the schema (records.step_row_problem:
+    wrong types, negative bytes, non-finite counters)."""
     try:
         row = json.loads(line)
     except (ValueError, RecursionError):  # RecursionError: thousands of nested brackets
-        return None
+        return "not JSON"
     if not isinstance(row, dict):
-        return None
+        return "not a JSON object"
     if isinstance(row.get("event"), str):
         return row
-    step = row.get("step")
-    if "event" not in row and isinstance(step, int) and not isinstance(step, bool):
-        return row
-    return None
+    if "event" in row:
+        return "an event that is not named by a string"
+    problem = step_row_problem(row)
+    return row if problem is None else problem
+
+
+def parse_line(line: bytes | str) -> dict[str, Any] | None:
+    """One line -> a step or event row; None for a bad line (``parse_row`` says why)."""
+    row = parse_row(line)
+    return row if isinstance(row, dict) else None
 
 
 def read_rows(path: Path) -> Rows:
@@ -80,15 +89,17 @@ def read_rows(path: Path) -> Rows:
         raise RunFolderError(f"cannot read {path}: {exc.strerror or exc}") from None
     out = Rows([])
     last_bad = False
-    for line in raw.split(b"\n"):
+    for number, line in enumerate(raw.split(b"\n"), start=1):
         if not line.strip():
             continue
-        row = parse_line(line)
-        last_bad = row is None
-        if row is None:
-            out.bad += 1
-        else:
+        row = parse_row(line)
+        last_bad = not isinstance(row, dict)
+        if isinstance(row, dict):
             out.rows.append(row)
+        else:
+            out.bad += 1
+            if out.first_bad is None:
+                out.first_bad = f"line {number}: {row}"
     out.truncated = bool(raw) and (last_bad or not raw.endswith(b"\n"))
     return out
 

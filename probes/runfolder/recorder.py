@@ -9,6 +9,7 @@ the last row, and whatever the abandoned step publishes later is dropped.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -43,13 +44,25 @@ class RunRecorder:
         self.on_write_failed = on_write_failed
         self.state = RunState()
         self._t0 = time.perf_counter()
-        if config is not None and not rank:  # rank 0 (or a lone process) writes the config
-            write_json(self.run_dir / CONFIG, config)
+        # rank 0 (or a lone process) writes the config
+        self._config = dict(config) if config is not None and not rank else None
+        if self._config is not None:
+            write_json(self.run_dir / CONFIG, self._config)
         self.metrics_path = self.run_dir / metrics_name(rank)
         self._writer: MetricsWriter | None = MetricsWriter(self.metrics_path)
         self._lock = threading.RLock()  # one row at a time; seal() waits for the row in flight
         self.finished_written = False  # run_finished is in the file
         self.sealed = False  # nothing more goes into the file (see seal())
+
+    def add_to_config(self, **values: Any) -> None:
+        """Rewrite config.json with ``values`` beside the options as given: what is known only
+        once the run has started on this machine (``resolved_device``, ``resolved_amp``).
+        Atomic; a config that cannot be rewritten keeps the options (the rows say the rest)."""
+        if self._config is None or all(self._config.get(k) == v for k, v in values.items()):
+            return
+        self._config.update(values)
+        with contextlib.suppress(OSError):
+            write_json(self.run_dir / CONFIG, self._config)
 
     def elapsed_s(self) -> float:
         return time.perf_counter() - self._t0

@@ -9,9 +9,25 @@ arithmetic on trace.json in plain Python, so it can run in a child process
 The rules are those of torch 2.13 (torch/autograd/profiler.py ``_parse_kineto_results`` and
 profiler_util.py ``EventList``): utility ops are dropped, ``ProfilerStep#N`` becomes
 ``ProfilerStep*``, CPU events nest by time interval per thread, a lone child with its parent's
-name is folded into the parent, [memory] records inside an event's interval count as its memory,
-and device kernels count towards the CPU op whose "External id" launched them. Rows are keyed by
-(name, CPU or device, user annotation), like key_averages() without shape grouping.
+name is folded into the parent, [memory] records inside an event's interval count as its memory.
+Rows are keyed by (name, CPU or device, user annotation), like key_averages() without shape
+grouping; every kernel, memcpy and memset keeps a row of its own, as in torch's table.
+
+Device time goes to the CPU op that launched it. torch links them inside the profiler; a trace
+file says it in one of two ways, depending on the Kineto that wrote it (docs/ARCHITECTURE.md,
+"Profiler window"):
+
+- newer Kineto puts the launching op's ``External id`` on the kernel (it differs from the
+  kernel's ``correlation``);
+- older Kineto writes only ``correlation`` (its "External id" is the correlation again): the
+  kernel's correlation names a ``cuda_runtime`` call (cudaLaunchKernel, cudaMemcpyAsync, ...),
+  and the launching op is the innermost CPU op enclosing that call on the same thread.
+
+Both are followed, the first where present. Device events are found from the trace itself (their
+categories, or a process labelled "GPU N"), so no flag says whether a trace has any, and the
+totals reconcile: the device time launched by all CPU ops plus the device time no op launched
+equals the trace's kernel + memcpy + memset time (``DeviceTime``). ``cuda_sync`` spans sit on
+the device rows but are waits, not work: they are left out.
 """
 
 from __future__ import annotations
@@ -21,6 +37,7 @@ import gzip
 import json
 import os
 from collections import defaultdict
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
@@ -29,12 +46,16 @@ FILTERED_NAMES = frozenset({
     "profiler::_record_function_enter_new", "profiler::_record_function_exit",
     "aten::is_leaf", "aten::output_nr", "aten::_version",
 })
-# Kineto categories of events that run on the device (GPU timeline rows).
-DEVICE_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation",
-                         "mtia_ccp_events", "gpu_instant_event"})
-# Host-side events whose "External id" points at the op that caused them, not at themselves.
+# Work on the device: what "device time" sums (the trace's kernel + memcpy + memset time).
+DEVICE_WORK_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
+# Kineto categories of events on the device's rows that get a row of their own.
+DEVICE_CATS = DEVICE_WORK_CATS | {"gpu_user_annotation", "mtia_ccp_events",
+                                  "gpu_instant_event"}
+DEVICE_WAIT_CATS = frozenset({"cuda_sync"})  # a stream or event wait: not work, no row
+# Host-side calls into the runtime or driver: a kernel's correlation names one of them.
 LINKED_HOST_CATS = frozenset({"cuda_runtime", "cuda_driver", "privateuse1_runtime",
                               "privateuse1_driver", "xpu_runtime", "mtia_runtime"})
+NOT_LAUNCHERS = LINKED_HOST_CATS | {"python_function"}  # no correlation is pushed for these
 NOT_EVENTS = frozenset({"Trace", "fwdbwd", "ac2g", "cpu_instant_event"})
 USER_ANNOTATION_CATS = frozenset({"user_annotation", "gpu_user_annotation"})
 # torch DeviceType values: memory counted as CPU memory or device memory.
@@ -68,12 +89,51 @@ def load_trace(path: str | os.PathLike[str]) -> dict[str, Any]:
         return json.load(fh, parse_float=_parse_float)
 
 
+@dataclass(frozen=True)
+class DeviceTime:
+    """Where a trace's device time went: ``total_us`` (kernel + memcpy + memset) equals
+    ``launched_us`` (credited to the CPU ops that launched it) + ``unattributed_us``."""
+
+    total_us: float
+    launched_us: float
+    unattributed_us: float
+    unattributed_events: int
+    by_category_us: dict[str, float]
+    linked_by_external_id: int  # device events linked through the op's External id
+    linked_by_correlation: int  # through correlation -> runtime call -> enclosing op
+
+    def line(self) -> str:
+        """The reconciliation as one sentence, under the table."""
+        parts = ", ".join(f"{k.removeprefix('gpu_')} {_ms(v)}"
+                          for k, v in sorted(self.by_category_us.items()))
+        return (f"device time {_ms(self.total_us)} ({parts}) = {_ms(self.launched_us)} "
+                f"launched by CPU ops + {_ms(self.unattributed_us)} no op launched "
+                f"({self.unattributed_events} events); linked by External id "
+                f"{self.linked_by_external_id}, by correlation {self.linked_by_correlation}")
+
+
+def _ms(us: float) -> str:
+    return f"{us / 1000:,.3f} ms"
+
+
+@dataclass(frozen=True)
+class TraceOps:
+    """A trace summed per op: the rows, its device time (None without device events), whether
+    it has [memory] records, and the GPU its deviceProperties name."""
+
+    rows: list[dict[str, Any]]
+    device: DeviceTime | None
+    has_memory: bool
+    gpu: str | None
+
+
 class _Ev:
-    __slots__ = ("name", "cpu", "annotation", "thread", "start", "end", "ext_id", "kernels",
-                 "children", "parent", "cpu_mem", "dev_mem", "dev_total", "self_dev")
+    __slots__ = ("name", "cpu", "annotation", "thread", "start", "end", "ext_id", "corr",
+                 "cat", "kernels", "children", "parent", "cpu_mem", "dev_mem", "dev_total",
+                 "self_dev")
 
     def __init__(self, name: str, cpu: bool, annotation: bool, thread: Any, start: int,
-                 end: int, ext_id: int) -> None:
+                 end: int, ext_id: int, corr: int = 0, cat: Any = None) -> None:
         self.name = name
         self.cpu = cpu
         self.annotation = annotation
@@ -81,6 +141,8 @@ class _Ev:
         self.start = start
         self.end = end
         self.ext_id = ext_id
+        self.corr = corr
+        self.cat = cat
         self.kernels: list[int] = []
         self.children: list[_Ev] = []
         self.parent: _Ev | None = None
@@ -89,14 +151,38 @@ class _Ev:
         self.dev_total = 0
         self.self_dev = 0
 
+    @property
+    def launcher(self) -> bool:
+        """A CPU op torch links kernels to (not a runtime call, not a Python frame)."""
+        return self.cpu and self.cat not in NOT_LAUNCHERS and self.name not in (
+            "[memory]", "[OutOfMemory]")
 
-def aggregate(trace: dict[str, Any], use_device: bool = False,
-              profile_memory: bool = False) -> list[dict[str, Any]]:
-    """One row per op like key_averages(): calls, self/total CPU and device time, memory."""
+
+def gpu_pids(trace: dict[str, Any]) -> set[Any]:
+    """The trace's process ids that Kineto labels as a GPU ("GPU 0", ...)."""
+    return {e.get("pid") for e in trace.get("traceEvents", [])
+            if e.get("ph") == "M" and e.get("name") == "process_labels"
+            and str(e.get("args", {}).get("labels", "")).startswith("GPU")}
+
+
+def _int_arg(args: dict[str, Any], key: str) -> int:
+    value = args.get(key, 0)
+    return value if isinstance(value, int) and value > 0 else 0
+
+
+def read_ops(trace: dict[str, Any], use_device: bool | None = None,
+             profile_memory: bool | None = None) -> TraceOps:
+    """One row per op like key_averages(): calls, self/total CPU and device time, memory.
+
+    ``use_device`` / ``profile_memory``: None finds out from the trace (device events, [memory]
+    records); True or False forces the columns on or off."""
     events: list[_Ev] = []
-    linked: dict[int, list[_Ev]] = defaultdict(list)
+    device_work: list[_Ev] = []
+    runtime_by_corr: dict[int, _Ev] = {}
+    ops_by_ext: dict[int, _Ev] = {}
     mem: list[tuple[int, int, int, Any]] = []  # (ts ns, bytes, device type, thread)
     oom: list[tuple[int, int, int, Any]] = []
+    on_gpu = gpu_pids(trace)
     for raw in trace.get("traceEvents", []):
         ph = raw.get("ph")
         name = raw.get("name", "")
@@ -107,36 +193,96 @@ def aggregate(trace: dict[str, Any], use_device: bool = False,
                       raw.get("tid"))
             (mem if name == "[memory]" else oom).append(record)
             continue
-        if ph != "X" or cat in NOT_EVENTS or name in FILTERED_NAMES:
+        if ph != "X" or cat in NOT_EVENTS or cat in DEVICE_WAIT_CATS or name in FILTERED_NAMES:
             continue
         start = _ns(raw["ts"])
         end = start + _ns(raw.get("dur", 0))
         if name.startswith("ProfilerStep#"):
             name = "ProfilerStep*"
-        ext = int(raw.get("args", {}).get("External id", 0) or 0)
-        is_linked = cat in DEVICE_CATS or cat in LINKED_HOST_CATS
-        ev = _Ev(name, cat not in DEVICE_CATS, cat in USER_ANNOTATION_CATS, raw.get("tid"),
-                 start, end, 0 if is_linked else ext)
-        if is_linked and ext > 0:
-            linked[ext].append(ev)
+        args = raw.get("args", {})
+        ext, corr = _int_arg(args, "External id"), _int_arg(args, "correlation")
+        on_device = cat in DEVICE_CATS or (cat not in LINKED_HOST_CATS
+                                           and raw.get("pid") in on_gpu)
+        ev = _Ev(name, not on_device, cat in USER_ANNOTATION_CATS, raw.get("tid"), start, end,
+                 ext, corr, cat)
         events.append(ev)
+        if on_device:
+            if cat in DEVICE_WORK_CATS:
+                device_work.append(ev)
+        elif cat in LINKED_HOST_CATS:
+            if corr:
+                runtime_by_corr.setdefault(corr, ev)
+        elif ev.launcher and ext:
+            ops_by_ext.setdefault(ext, ev)
+    if use_device is None:
+        use_device = bool(device_work)
+    if profile_memory is None:
+        profile_memory = bool(mem or oom)
 
     mem.sort(key=lambda r: r[0])
     if mem:
         _attach_memory(events, mem)
     for record in oom:
         events.append(_memory_event("[OutOfMemory]", record))
-    for ev in events:  # kernels count towards the CPU op that launched them
-        if ev.cpu and ev.ext_id in linked:
-            for other in linked[ev.ext_id]:
-                if not other.cpu:
-                    ev.kernels.append(other.end - other.start)
-                else:
-                    other.thread = ev.thread
-    events.sort(key=lambda e: (e.start, -e.end))
+    for ev in events:  # a runtime call belongs to the thread of the op whose External id it has
+        if ev.cat in LINKED_HOST_CATS and ev.ext_id and ev.ext_id != ev.corr:
+            op = ops_by_ext.get(ev.ext_id)
+            if op is not None:
+                ev.thread = op.thread
+    # children after their parents: start, then longest first, then the op made first (its
+    # External id is lower), a runtime call innermost
+    events.sort(key=lambda e: (e.start, -e.end, e.cat in LINKED_HOST_CATS, e.ext_id))
     _build_tree(events)
+    device = _attribute(device_work, runtime_by_corr, ops_by_ext)
     events = _fold_duplicates(events)
-    return _average(events, use_device, profile_memory)
+    rows = _average(events, use_device, profile_memory)
+    props = trace.get("deviceProperties")
+    gpu = props[0].get("name") if isinstance(props, list) and props and isinstance(
+        props[0], dict) else None
+    return TraceOps(rows, device if device_work else None, bool(mem or oom), gpu)
+
+
+def aggregate(trace: dict[str, Any], use_device: bool | None = None,
+              profile_memory: bool | None = None) -> list[dict[str, Any]]:
+    """The rows of ``read_ops`` (the table without its device-time reconciliation)."""
+    return read_ops(trace, use_device, profile_memory).rows
+
+
+def _launching_op(ev: _Ev | None) -> _Ev | None:
+    """The innermost op enclosing ``ev`` on its thread that torch would link a launch to."""
+    while ev is not None and not ev.launcher:
+        ev = ev.parent
+    return ev
+
+
+def _attribute(device_work: list[_Ev], runtime_by_corr: dict[int, _Ev],
+               ops_by_ext: dict[int, _Ev]) -> DeviceTime:
+    """Credit every kernel / memcpy / memset to the CPU op that launched it (module docstring);
+    what no op launched is counted, so the totals reconcile."""
+    by_ext = by_corr = unattributed_events = 0
+    total = unattributed = 0
+    by_cat: dict[str, int] = defaultdict(int)
+    for dev in device_work:
+        dur = dev.end - dev.start
+        total += dur
+        by_cat[str(dev.cat)] += dur
+        op = None
+        if dev.ext_id and dev.ext_id != dev.corr:  # newer Kineto: the op's own id
+            op = ops_by_ext.get(dev.ext_id)
+            by_ext += op is not None
+        if op is None and dev.corr:  # older Kineto: the runtime call, then its enclosing op
+            runtime = runtime_by_corr.get(dev.corr)
+            op = _launching_op(runtime.parent) if runtime is not None else None
+            by_corr += op is not None
+        if op is None:
+            unattributed += dur
+            unattributed_events += 1
+        else:
+            op.kernels.append(dur)
+    launched = total - unattributed
+    return DeviceTime(total / 1000.0, launched / 1000.0, unattributed / 1000.0,
+                      unattributed_events, {k: v / 1000.0 for k, v in by_cat.items()},
+                      by_ext, by_corr)
 
 
 def _attach_memory(events: list[_Ev], mem: list[tuple[int, int, int, Any]]) -> None:
@@ -194,14 +340,16 @@ def _build_tree(events: list[_Ev]) -> None:
 
 
 def _fold_duplicates(events: list[_Ev]) -> list[_Ev]:
-    """A lone child named like its parent is the same op seen twice: keep the parent only."""
+    """A lone child named like its parent is the same op seen twice: keep the parent only,
+    with the child's children and kernels (torch moves the kernels up; a parent with a lone
+    child launched none itself, so nothing is lost)."""
     while True:
         drop: set[int] = set()
         for i, ev in enumerate(events):
             parent = ev.parent
             if parent is not None and parent.name == ev.name and len(parent.children) == 1:
                 parent.children = ev.children
-                parent.kernels = ev.kernels
+                parent.kernels = parent.kernels + ev.kernels
                 for child in ev.children:
                     child.parent = parent
                 drop.add(i)

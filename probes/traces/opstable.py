@@ -4,13 +4,16 @@ written as top_ops.txt and top_ops.json.
 
     python -m probes.traces.opstable TRACE OUT_DIR [--sort {cpu,device}]
 
-is the table from any trace; a profiler window runs the same command in a child process
-(probes/traces/worker.py), with the worker's flags, so training keeps its GIL.
+is the table from any trace (device columns and [memory] columns appear when the trace has device
+events or memory records; by default a trace with device events is sorted by device time); a
+profiler window runs the same command in a child process (probes/traces/worker.py), with the
+worker's flags, so training keeps its GIL.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import sys
@@ -20,7 +23,7 @@ from typing import Any
 
 from probes.runfolder.atomic import write_text
 from probes.tools.units import format_bytes, format_us
-from probes.traces.chrome_trace import aggregate, load_trace
+from probes.traces.chrome_trace import load_trace, read_ops
 from probes.traces.worker import die_with_parent
 
 SORT_KEYS = {"cpu": "self_cpu_us", "device": "self_device_us"}
@@ -119,24 +122,39 @@ def format_table(rows: list[dict[str, Any]], title: str = "", name_width: int = 
     return "\n".join(lines) + "\n"
 
 
-def analyse(trace_path: Path, out_dir: Path, sort_by: str = "cpu", top: int = 20,
-            use_device: bool = False, profile_memory: bool = False,
+def analyse(trace_path: Path, out_dir: Path, sort_by: str | None = None, top: int = 20,
+            use_device: bool | None = None, profile_memory: bool | None = None,
             table_rows: int = 100) -> dict[str, Any]:
-    """Trace -> top_ops.txt (table) and top_ops.json (the top rows); returns the JSON object."""
+    """Trace -> top_ops.txt (table) and top_ops.json (the top rows); returns the JSON object.
+
+    ``sort_by`` None: by device time when the trace has device events, else by CPU time; a
+    device sort asked of a trace without device events falls back to CPU time and says so.
+    ``use_device`` / ``profile_memory`` None: found from the trace (chrome_trace.read_ops)."""
     t0 = time.perf_counter()
     trace = load_trace(trace_path)
-    every = aggregate(trace, use_device, profile_memory)
+    ops = read_ops(trace, use_device, profile_memory)
+    every = ops.rows
+    has_device = any(r["self_device_us"] is not None for r in every)
+    note = ""
+    if sort_by is None:
+        sort_by = "device" if has_device else "cpu"
+    elif sort_by == "device" and not has_device:
+        sort_by, note = "cpu", " (no device events in this trace)"
     rows = rank_rows(every, sort_by)
     phases = phase_totals(every)
     n_events = sum(1 for e in trace.get("traceEvents", []) if e.get("ph") == "X")
     del trace
     total_self = sum(r["self_cpu_us"] for r in rows)
-    title = (f"top ops of {trace_path.name}, sorted by self {sort_by} time; "
-             f"{n_events} trace events, self CPU total {_us_cell(total_self)}")
+    title = (f"top ops of {trace_path.name}{' on ' + ops.gpu if ops.gpu else ''}, sorted by "
+             f"self {sort_by} time{note}; {n_events} trace events, self CPU total "
+             f"{_us_cell(total_self)}")
+    footer = f"{ops.device.line()}\n" if ops.device is not None else ""
     write_text(out_dir / "top_ops.txt", format_table(rows[:table_rows], title)
-                  + format_phases(phases))
+               + footer + format_phases(phases))
     result = {"sort_by": sort_by, "top_ops": rows[:top], "ops": len(rows), "events": n_events,
-              "phases": phases, "analysis_s": time.perf_counter() - t0}
+              "phases": phases, "gpu": ops.gpu,
+              "device_time": dataclasses.asdict(ops.device) if ops.device else None,
+              "analysis_s": time.perf_counter() - t0}
     write_text(out_dir / "top_ops.json", json.dumps(result, indent=1) + "\n")
     return result
 
@@ -148,10 +166,14 @@ def main(argv: list[str] | None = None) -> int:
                                      description="Top-ops table from a torch profiler trace.")
     parser.add_argument("trace", type=Path)
     parser.add_argument("out_dir", type=Path)
-    parser.add_argument("--sort", choices=sorted(SORT_KEYS), default="cpu")
+    parser.add_argument("--sort", choices=sorted(SORT_KEYS), default=None,
+                        help="default: device when the trace has device events, else cpu")
     parser.add_argument("--top", type=int, default=20)
-    parser.add_argument("--device", action="store_true", help="the trace has device events")
-    parser.add_argument("--memory", action="store_true", help="the trace has [memory] events")
+    parser.add_argument("--device", action="store_true",
+                        help="device columns even without device events (found from the trace "
+                             "otherwise)")
+    parser.add_argument("--memory", action="store_true",
+                        help="memory columns even without [memory] records (found otherwise)")
     parser.add_argument("--nice", type=int, default=0, help="lower this process's priority")
     parser.add_argument("--wait-for-go", action="store_true",
                         help="wait for a line 'go' on stdin first; exit on anything else")
@@ -165,7 +187,8 @@ def main(argv: list[str] | None = None) -> int:
             os.nice(args.nice)
     if args.wait_for_go and sys.stdin.readline().strip() != "go":
         return 0  # the window was cancelled
-    analyse(args.trace, args.out_dir, args.sort, args.top, args.device, args.memory)
+    analyse(args.trace, args.out_dir, args.sort, args.top, args.device or None,
+            args.memory or None)
     return 0
 
 

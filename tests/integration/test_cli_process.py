@@ -18,6 +18,7 @@ def test_headless_subprocess_end_to_end(tmp_path):
     assert len(steps) == 12
     config = json.loads((run / "config.json").read_text())
     assert config["device"] == "cpu" and config["amp"] == "auto"  # as given
+    assert config["resolved_device"] == "cpu" and config["resolved_amp"] == "bf16"  # and as run
     started = next(e for e in events if e["event"] == "run_started")
     assert started["device"] == "cpu" and started["amp"] == "bf16"  # as resolved at run start
 

@@ -45,8 +45,10 @@ def test_headless_profile_at_writes_files_and_stays_quiet(tmp_path):
         assert not (run_dir / "profiles" / "step-8").exists()
     assert names.count("profile_started") == names.count("profile_cancelled") + 1
 
-    # the analysis worker needs no torch: run it again the way the window does, and check
-    # (isolated: -I ignores PYTHONPATH, so the checkout comes in as an argument)
+    # the analysis worker needs no torch: run it again with no flags, and check that it finds
+    # the same table (on a CUDA machine the run used the GPU: the device columns and the device
+    # sort come from the trace itself) (isolated: -I ignores PYTHONPATH, so the checkout comes
+    # in as an argument)
     check = ("import sys; sys.path.insert(0, sys.argv.pop(1)); "
              "from probes.traces.opstable import main; main(sys.argv[1:]); "
              "assert 'torch' not in sys.modules, 'torch imported'")

@@ -88,6 +88,26 @@ def test_two_ranks_write_their_own_rows_and_one_report(finished_ranks_run):
     assert "cpu x2" in listed.stdout and "finished" in listed.stdout
 
 
+@pytest.mark.slow  # torchrun and two ranks, then `memtop infer`
+@pytest.mark.xdist_group("finished_ranks_run")  # one worker builds the run
+def test_a_two_rank_run_leaves_one_weights_file_that_infer_loads(finished_ranks_run):
+    from trainer.checkpoint import read_weights
+
+    _, run = finished_ranks_run
+    assert [p.name for p in run.glob("*.pt")] == ["weights.pt"]
+    saved = {k: _events(run, k, "weights_saved") for k in (0, 1)}
+    assert saved[1] == [] and len(saved[0]) == 1  # rank 0 saves once; DDP's ranks agree
+    assert saved[0][0]["path"] == "weights.pt" and "error" not in saved[0][0]
+    header, state = read_weights(run / "weights.pt")  # the model, not the DDP wrapper
+    assert header["step"] == 40 and not any(k.startswith("module.") for k in state)
+    res = run_cli("infer", "--headless", "--device", "cpu", "--weights", str(run),
+                  "--batch-size", "1", "--prompt-len", "4", "--new-tokens", "3",
+                  "--requests", "1", "--baseline-tokens", "0", "--profile-phase", "none",
+                  "--run-dir", str(run.parent / "infer"), timeout=DEADLINE_S)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "warning" not in res.stderr  # the trained weights, not a fresh model
+
+
 @pytest.mark.slow  # torchrun and two ranks that import torch
 @pytest.mark.xdist_group("finished_ranks_run")  # one worker builds the run
 async def test_dashboard_shows_both_ranks_side_by_side_at_80x24(finished_ranks_run):

@@ -28,7 +28,8 @@ def _newest(folder):
 
 
 def test_own_loop_example_writes_a_complete_run_folder(tmp_path):
-    assert in_thread(own_loop.main, ["--steps", "7", "--batch-size", "4",
+    # --device cpu: the example picks CUDA (and fp16) where there is one
+    assert in_thread(own_loop.main, ["--steps", "7", "--batch-size", "4", "--device", "cpu",
                                      "--run-dir", str(tmp_path)]) == 0
     run = _newest(tmp_path)
     steps, events = metrics_rows(run)
@@ -37,7 +38,10 @@ def test_own_loop_example_writes_a_complete_run_folder(tmp_path):
         assert r["allocated_bytes"] > 0 and r["host_rss_bytes"] > 0 and r["step_ms"] > 0
         assert r["samples_per_s"] > 0 and r["tokens_per_s"] is None and r["amp"] == "bf16"
     assert events[0]["event"] == "run_started" and events[-1]["event"] == "run_finished"
-    assert json.loads((run / "config.json").read_text())["monitor"]["model"] == "SmallCNN"
+    config = json.loads((run / "config.json").read_text())
+    assert config["monitor"]["model"] == "SmallCNN"
+    assert config["amp"] == "auto" and config["resolved_amp"] == "bf16"  # seen in the forward
+    assert config["resolved_device"] == "cpu"
     report = (run / "report.md").read_text()
     assert "SmallCNN (the training loop's own model)" in report and "samples/s" in report
     assert not (run / "control.sock").exists()  # closed: nothing listens any more

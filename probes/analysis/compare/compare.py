@@ -28,7 +28,8 @@ from probes.runfolder import (
 from probes.runfolder.state import RunState
 from probes.tools.stats import band, percentile
 
-IGNORED_VARIABLES = ("run_dir", "baseline")  # where it was written, what it compares with
+# where it was written, what it compares with; the resolved device and amp replace the options
+IGNORED_VARIABLES = ("run_dir", "baseline", "resolved_device", "resolved_amp")
 MODEL_KEYS = ("layers", "heads", "dim")  # a different model needs --force to be compared
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_MAX_ROWS = 5000  # longer runs are thinned evenly before resampling

@@ -92,8 +92,9 @@ class MetricsFile:
     path: Path
     steps: list[dict[str, Any]]
     events: list[dict[str, Any]]
-    bad: int  # unreadable lines (a cut last line included)
+    bad: int  # bad lines: not JSON, or values that break the schema (a cut last line included)
     truncated: bool  # the last line was cut short (the writer was killed mid-line)
+    first_bad: str | None = None  # "line N: why" of the first bad line
 
     @functools.cached_property
     def started(self) -> dict[str, Any]:
@@ -123,7 +124,7 @@ def read_metrics_file(path: Path) -> MetricsFile:
         raise ReportError(str(exc)) from None
     steps = sorted(rows.steps, key=lambda r: r["step"])
     return MetricsFile(path, steps, [checked_event(e) for e in rows.events], rows.bad,
-                       rows.truncated)
+                       rows.truncated, rows.first_bad)
 
 
 @dataclass
@@ -197,6 +198,7 @@ def load_context(run_dir: Path) -> ReportContext:
     read = {rank: read_metrics_file(path) for rank, path in files.items()}
     metrics = next(iter(read.values()))
     if not metrics.steps and not metrics.events:
-        what = f"{metrics.bad} unreadable lines" if metrics.bad else "no rows"
+        what = (f"{metrics.bad} bad lines (first: {metrics.first_bad})" if metrics.bad
+                else "no rows")
         raise ReportError(f"{metrics.path} holds {what}: nothing to report")
     return ReportContext(run_dir, config, metrics, read if len(read) > 1 else {})

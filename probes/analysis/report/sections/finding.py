@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from probes import records as R
 from probes.analysis.report.context import ReportContext
 from probes.analysis.report.sections.profiles import op_time, window_label
+from probes.records import incomplete
 from probes.tools.units import format_bytes, format_duration, format_ms, format_pct, format_rate
 
 _NON_TENSOR = ("runtime heap at start", "other / temporaries", "allocator cache")
@@ -66,7 +68,10 @@ def _ledger_sentences(led: dict[str, Any]) -> tuple[list[str], str | None]:
 def _leak_sentences(leaks: list[dict[str, Any]]) -> list[str]:
     suspected = [e for e in leaks if e.get("event") == "leak_suspected"]
     out = []
-    if suspected:
+    if suspected and incomplete(R.LEAK_SUSPECTED, suspected[0]):
+        out.append(f"A leak was suspected at step {suspected[0].get('step')}, but its row is an "
+                   f"{incomplete(R.LEAK_SUSPECTED, suspected[0])}.")
+    elif suspected:
         e = suspected[0]
         s = (f"A leak was suspected at step {e.get('step')}: {e.get('counter')} grew "
              f"{format_bytes(e.get('bytes_per_step'))}/step since step {e.get('since_step')}")

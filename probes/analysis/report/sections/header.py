@@ -23,7 +23,9 @@ def incomplete_reasons(ctx: ReportContext) -> list[str]:
         reasons.append(f"the last line of {name} is cut short (killed while writing)")
     bad_inside = m.bad - (1 if m.truncated and m.bad else 0)
     if bad_inside > 0:
-        reasons.append(f"{bad_inside} unreadable line(s) in {name} were skipped")
+        reasons.append(f"{bad_inside} bad line(s) in {name} were skipped: not JSON, or values "
+                       f"that break the schema (wrong type, negative, not finite); first: "
+                       f"{m.first_bad}")
     missing = [rank for rank, f in ctx.ranks.items() if f.end is None and rank]
     if missing:
         reasons.append("no run_finished row for rank " + ", ".join(map(str, missing)))
@@ -38,7 +40,7 @@ def build(ctx: ReportContext) -> dict[str, Any]:
         "generated_at": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
         "complete": not reasons, "incomplete_reasons": reasons,
         "rows": {"steps": len(ctx.steps), "events": len(ctx.events),
-                 "unreadable": ctx.metrics.bad},
+                 "unreadable": ctx.metrics.bad, "first_bad": ctx.metrics.first_bad},
     }
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from probes import records as R
 from probes.analysis.report.context import ReportContext, shown_fields
+from probes.records import incomplete
 from probes.tools.tables import markdown_table
 from probes.tools.units import format_bytes, format_duration
 
@@ -25,7 +26,8 @@ def render(section: dict[str, Any], report: dict[str, Any]) -> list[str]:
     rows, hints = [], []
     for e in section["leaks"]:
         per_step = e.get("bytes_per_step") or e.get("growth_bytes_per_step")
-        rows.append([e.get("step"), e.get("event"), e.get("counter") or e.get("kind"),
+        what = incomplete(str(e.get("event")), e) or e.get("counter") or e.get("kind")
+        rows.append([e.get("step"), e.get("event"), what,
                      format_bytes(per_step, na="") + ("/step" if per_step else ""),
                      e.get("since_step", ""), format_duration(e.get("seconds_to_full"))])
         if e.get("hint"):

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from probes import records as R
 from probes.analysis.report.context import ReportContext, shown_fields
+from probes.records import incomplete
 from probes.tools.tables import markdown_table
 from probes.tools.units import format_bytes, format_pct
 
@@ -26,9 +28,10 @@ def render(section: dict[str, Any], report: dict[str, Any]) -> list[str]:
             for ln in led["lines"]]
     shape = (f" (B={led.get('batch_size')}, T={led.get('seq_len')})"
              if led.get("batch_size") is not None else "")
-    md += [f"Measured at step {led.get('sampled_step')}{shape}, snapshot at "
-           f"{led.get('snapshot')}; "
-           f"{led.get('measure_ms')} ms to measure.", "",
+    when = incomplete(R.LEDGER, led) or (
+        f"Measured at step {led.get('sampled_step')}{shape}, snapshot at {led.get('snapshot')}; "
+        f"{led.get('measure_ms')} ms to measure.")
+    md += [when, "",
            markdown_table(["line", "measured", "predicted", "formula"], rows, right={1, 2}), ""]
     md += [f"- **{ln.get('name')}**: {ln['note']}" for ln in led["lines"] if ln.get("note")]
     alive, alloc = led.get("tensors_at_snapshot_bytes"), led.get("allocated_bytes")

@@ -7,6 +7,7 @@ from typing import Any
 
 from probes import records as R
 from probes.analysis.report.context import ReportContext
+from probes.records import incomplete
 from probes.tools.tables import markdown_table
 from probes.tools.units import format_us
 
@@ -67,6 +68,11 @@ NO_WINDOW = ("No profiler window was taken (press p on the dashboard or in `memt
              "give `--profile-at STEP` headless).")
 
 
+def _why(window: dict[str, Any]) -> str:
+    """A cancelled window's reason; an incomplete event's text when its row has none."""
+    return str(window.get("reason") or incomplete(R.PROFILE_CANCELLED, window))
+
+
 def render(section: dict[str, Any], report: dict[str, Any]) -> list[str]:
     """A training run's windows, each with its top ops on both clocks."""
     md = ["## Profiler windows", ""]
@@ -74,7 +80,7 @@ def render(section: dict[str, Any], report: dict[str, Any]) -> list[str]:
         md += [NO_WINDOW, ""]
     for w in section["profiles"]:
         if w["status"] != "done":
-            md += [f"### Window over {window_label(w)}: {w['status']} ({w.get('reason')})", ""]
+            md += [f"### Window over {window_label(w)}: {w['status']} ({_why(w)})", ""]
             continue
         md += [f"### Window over {window_label(w)} (sorted by {w['sort_by']}; trace in "
                f"`{w['dir']}`)", ""]
@@ -94,7 +100,7 @@ def render_by_phase(section: dict[str, Any], report: dict[str, Any]) -> list[str
     for w in section["profiles"]:
         phase = w.get("phase") or "?"
         if w["status"] != "done":
-            md += [f"### {phase}: window {w['status']} ({w.get('reason')})", ""]
+            md += [f"### {phase}: window {w['status']} ({_why(w)})", ""]
             continue
         md += [f"### {phase} (sorted by {w['sort_by']} time; trace in `{w['dir']}`)", ""]
         ops = [[op.get("name"), op.get("calls"), format_us(op.get("self_cpu_us")),

@@ -85,17 +85,24 @@ def build(ctx: ReportContext) -> dict[str, Any]:
     }
 
 
+def _t(value: Any) -> str:
+    """A recorded value as text: "n/a" where the run did not record it (never "None")."""
+    return "n/a" if value is None else str(value)
+
+
 def _model_text(model: dict[str, Any], params: str) -> str:
     if model.get("kind", "GPT") == "GPT":
-        return (f"GPT: {model['layers']} layers, dim {model['dim']}, {model['heads']} heads, "
-                f"vocab {model['vocab']}, {model['attention']} attention{params}")
+        return (f"GPT: {_t(model['layers'])} layers, dim {_t(model['dim'])}, "
+                f"{_t(model['heads'])} heads, vocab {_t(model['vocab'])}, "
+                f"{_t(model['attention'])} attention{params}")
     return f"{model['kind']} (the training loop's own model){params}"
 
 
 def _input_text(inp: dict[str, Any]) -> str:
     if "seq_len" in inp:
-        return (f"B={inp['batch_size']}, T={inp['seq_len']} ({inp['tokens_per_step']} tokens/"
-                f"step), {inp['token_dtype']} tokens, {inp['param_dtype']} weights")
+        return (f"B={_t(inp['batch_size'])}, T={_t(inp['seq_len'])} "
+                f"({_t(inp['tokens_per_step'])} tokens/step), {_t(inp['token_dtype'])} tokens, "
+                f"{_t(inp['param_dtype'])} weights")
     per_step = [f"{inp[k]} {unit}/step" for k, unit in (("tokens_per_step", "tokens"),
                                                         ("samples_per_step", "samples"))
                 if inp.get(k)]
@@ -107,17 +114,19 @@ def render(section: dict[str, Any], report: dict[str, Any]) -> list[str]:
     hw, sw, model, inp = (section[k] for k in ("hardware", "software", "model", "input"))
     meas = section["measurement"]
     ram = f"RAM {format_bytes(hw['ram_bytes'])}"
-    cpu = f"{hw['cpu_model']} ({hw['cpu_count']} cores)"
+    cpu = f"{_t(hw['cpu_model'])} ({_t(hw['cpu_count'])} cores)"
     if hw["gpu_name"]:
-        hardware = (f"{hw['device']} {hw['gpu_name']} ({format_bytes(hw['device_memory_bytes'])},"
-                    f" sm {hw['gpu_capability']}); host {cpu}, {ram}")
+        hardware = (f"{_t(hw['device'])} {hw['gpu_name']} "
+                    f"({format_bytes(hw['device_memory_bytes'])}, sm {_t(hw['gpu_capability'])}"
+                    f"); host {cpu}, {ram}")
     else:
-        hardware = f"{hw['device']}: {cpu}, {ram}"
+        hardware = f"{_t(hw['device'])}: {cpu}, {ram}"
     params = f", {model['params']:,} params" if isinstance(model["params"], int) else ""
     rows = [
         ["hardware", hardware],
-        ["software", f"Python {sw['python']}, torch {sw['torch']}, CUDA {sw['cuda'] or 'none'}"
-                     f", cuDNN {sw['cudnn'] or 'none'}, memtop {sw['memtop']}"],
+        ["software", f"Python {_t(sw['python'])}, torch {_t(sw['torch'])}, CUDA "
+                     f"{sw['cuda'] or 'none'}, cuDNN {sw['cudnn'] or 'none'}, memtop "
+                     f"{_t(sw['memtop'])}"],
         ["model", _model_text(model, params)],
         ["input", _input_text(inp)],
         ["mode", section["mode"]],
@@ -127,7 +136,7 @@ def render(section: dict[str, Any], report: dict[str, Any]) -> list[str]:
                         f"({meas['steps_planned'] or 'no limit'} planned)"],
         ["sync rule", meas["sync_rule"]],
         ["timing", meas["timing"]],
-        ["counters", f"{meas['counters']}; driver level: {meas['driver_counter']}"],
+        ["counters", f"{_t(meas['counters'])}; driver level: {_t(meas['driver_counter'])}"],
     ]
     return ["## Setup", "", markdown_table(["field", "value"], rows), "",
-            f"Software recorded at {sw['source']}.", ""]
+            f"Software recorded at {_t(sw['source'])}.", ""]

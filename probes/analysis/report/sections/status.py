@@ -7,6 +7,7 @@ from typing import Any
 
 from probes import records as R
 from probes.analysis.report.context import ReportContext
+from probes.records import incomplete
 
 
 def build(ctx: ReportContext) -> dict[str, Any]:
@@ -19,5 +20,6 @@ def render(section: dict[str, Any], report: dict[str, Any]) -> list[str]:
     errors = section["status"]["errors"]
     if not errors:
         return []
-    return ["## Errors", ""] + [f"- step {e['step']}: {e['type']}: {e['message']}"
-                                for e in errors] + [""]
+    return ["## Errors", ""] + [f"- step {e['step']}: " + (
+        incomplete(R.ERROR, {"error_type": e["type"], "message": e["message"]})
+        or f"{e['type']}: {e['message']}") for e in errors] + [""]
