@@ -13,9 +13,16 @@ probes/ (above monitor/). Nothing here is imported by ``import probes``: a modul
 framework when it is imported itself, and a missing one raises ``FrameworkMissing`` naming the
 extra to install (``pip install 'memtop[transformers]'`` / ``'memtop[lightning]'``).
 
-Modules: common (StepDriver, batch_counts, the outputs leak demo), transformers, lightning.
+Modules: common (StepDriver, batch_counts, the outputs leak demo; no framework imported),
+transformers, lightning (each imports its framework). The names below load lazily
+(probes/tools/lazy.py): common.py imports torch.
 """
 
 from __future__ import annotations
 
-__all__ = ["common", "lightning", "transformers"]
+from probes.tools.lazy import lazy_exports
+
+_EXPORTS = dict.fromkeys(("FrameworkMissing", "OutputsLeakDemo", "StepDriver", "batch_counts",
+                          "require"), ".common")
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -180,6 +180,7 @@ class StepDriver:
         self.tokens_per_step, self.samples_per_step = tokens_per_step, samples_per_step
         self.options = check_options(options)
         self.monitor: Monitor | None = None
+        self.last_run: Path | None = None  # the run folder of the latest run, open or closed
         self.scope: StepScope | None = None
         self.demo = OutputsLeakDemo()
         self._tokens = self._samples = self._batches = 0
@@ -204,6 +205,7 @@ class StepDriver:
             rank=rank if world_size > 1 else None,
             requests={"leak_start": self._leak_start, "leak_stop": self._leak_stop},
             **self.options)
+        self.last_run = self.monitor.run_dir
         self._forward_handle = model.register_forward_hook(self._on_forward)
         self.mark = time.perf_counter()
         return self.monitor
