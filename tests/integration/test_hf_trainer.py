@@ -118,6 +118,8 @@ async def test_viewer_sees_a_user_leak_steers_and_stops_training(example, tmp_pa
         app = MemtopApp.for_folder(run)
         async with app.run_test(size=(120, 40)) as pilot:
             await wait_for(pilot, lambda: bool(app.run_state.alerts), "the user's leak alert")
+            await pilot.press("p")
+            await wait_for(pilot, lambda: bool(app.ops_table.row_names), "top ops via socket")
             await pilot.press("space")
             await wait_for(pilot, lambda: app.run_state.state == "paused", "the run paused")
             await pilot.press("space")
@@ -137,6 +139,7 @@ async def test_viewer_sees_a_user_leak_steers_and_stops_training(example, tmp_pa
     assert len(steps) == result.global_step  # stopped at the next step boundary
     alert = next(e for e in events if e["event"] == R.LEAK_SUSPECTED)
     assert alert["bytes_per_step"] > 0
+    assert any(e["event"] == R.PROFILE_DONE for e in events)
     assert events[-1]["reason"] == "stopped from a viewer"
     # HF ended as at its last step: the checkpoint of the step it stopped at
     assert (tmp_path / "hf" / f"checkpoint-{result.global_step}").is_dir()
