@@ -65,6 +65,7 @@ os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
 os.environ.setdefault("KINETO_LOG_LEVEL", "5")
 
 import gpu_check_cuda as G  # noqa: E402
+import gpu_check_frameworks as F  # noqa: E402
 import torch  # noqa: E402
 from common import in_thread, median  # noqa: E402  (puts the repo root on sys.path)
 
@@ -659,6 +660,7 @@ CHECKS: list[tuple[str, Callable[[Ctx, Result], None], float]] = [
     ("cuda_n", G.check_cuda_n, 20),
     ("overhead", check_overhead, 30),
     ("dashboard_svg", check_dashboard_svg, 30),
+    ("frameworks", F.check_frameworks, 40),
 ]
 # What each check proves on a GPU, listed in summary.md as PASS / FAIL / NOT RUN.
 CLAIMS: dict[str, list[tuple[str, str]]] = {
@@ -695,6 +697,15 @@ CLAIMS: dict[str, list[tuple[str, str]]] = {
         ("cuda_n_nvml_by_uuid", "NVML is matched to cuda:N by UUID")],
     "overhead": [("history_off_after_run", "allocation history is off after a "
                   "--memory-history run ends (the next run does not pay for it)")],
+    "frameworks": [
+        ("hf_rows_on_cuda", "HF Trainer fp16 on CUDA with MemtopCallback: one row per "
+         "optimizer step, 2 micro-batches each, amp fp16 with accelerate's GradScaler scale"),
+        ("hf_bf16_no_added_sync", "in bf16 the HF callback adds no device sync per step to "
+         "the same Trainer's own"),
+        ("hf_fp16_one_sync_at_most", "in fp16 the HF callback adds at most one sync per step "
+         "(the GradScaler's scale, read at the step's end)"),
+        ("lightning_16_mixed_rows", "Lightning 16-mixed on CUDA with MemtopCallback: one row "
+         "per optimizer step with the GradScaler's scale, fit() ends normally")],
 }
 
 

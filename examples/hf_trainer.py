@@ -57,9 +57,10 @@ class Sequences(torch.utils.data.Dataset):
 def make_trainer(output_dir: str | Path, *, steps: int, grad_accum: int = 2, batch_size: int = 4,
                  logging_steps: int = 5, eval_steps: int | None = 10,
                  save_steps: int | None = 20, callbacks: list | None = None,
-                 bf16: bool = False, model: torch.nn.Module | None = None) -> object:
-    """The real ``transformers.Trainer`` over the tiny GPT-2 on CPU (``callbacks`` as given:
-    memtop's goes there)."""
+                 bf16: bool = False, fp16: bool = False, cpu: bool = True,
+                 model: torch.nn.Module | None = None) -> object:
+    """The real ``transformers.Trainer`` over the tiny GPT-2, on CPU unless ``cpu=False``
+    (``callbacks`` as given: memtop's goes there)."""
     from transformers import Trainer, TrainingArguments
 
     args = TrainingArguments(
@@ -68,7 +69,7 @@ def make_trainer(output_dir: str | Path, *, steps: int, grad_accum: int = 2, bat
         learning_rate=1e-3, logging_steps=logging_steps,
         eval_strategy="steps" if eval_steps else "no", eval_steps=eval_steps,
         save_strategy="steps" if save_steps else "no", save_steps=save_steps or 500,
-        use_cpu=True, bf16=bf16, report_to=[], disable_tqdm=True, seed=0,
+        use_cpu=cpu, bf16=bf16, fp16=fp16, report_to=[], disable_tqdm=True, seed=0,
         dataloader_num_workers=0)
     return Trainer(model=model if model is not None else tiny_gpt2(), args=args,
                    train_dataset=Sequences(batch_size * grad_accum * min(steps, 50)),

@@ -77,12 +77,12 @@ def sequences(n: int, seed: int = 0) -> torch.utils.data.TensorDataset:
 
 def make_trainer(root: str | Path, *, steps: int, accumulate: int = 2, val_every: int | None = 10,
                  callbacks: list | None = None, checkpoints: bool = True,
-                 precision: str = "32-true") -> object:
-    """The real ``lightning.Trainer`` on CPU: ``val_every`` optimizer steps between validations
-    (a checkpoint after each), quiet (no logger, no progress bar)."""
+                 precision: str = "32-true", accelerator: str = "cpu") -> object:
+    """The real ``lightning.Trainer`` (on CPU unless told): ``val_every`` optimizer steps
+    between validations (a checkpoint after each), quiet (no logger, no progress bar)."""
     pl = _lightning()
     return pl.Trainer(
-        max_steps=steps, accumulate_grad_batches=accumulate, accelerator="cpu", devices=1,
+        max_steps=steps, accumulate_grad_batches=accumulate, accelerator=accelerator, devices=1,
         precision=precision, logger=False, enable_progress_bar=False,
         enable_model_summary=False, enable_checkpointing=checkpoints,
         val_check_interval=val_every * accumulate if val_every else None,
