@@ -138,3 +138,27 @@ def test_between_steps_keeps_the_leak_watch_from_comparing_across(tmp_path):
 
     assert alerts(between=False)
     assert not alerts(between=True)
+
+
+async def test_viewer_shows_the_last_logged_loss_between_logging_steps(tmp_path):
+    """A finished HF-style run: the loss on steps 5 and 10 only; the pane shows 10's."""
+    from factories import wait_for
+
+    from probes.records import Event
+    from probes.runfolder import METRICS, json_line
+    from tui.app import MemtopApp
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text('{"framework": "transformers"}')
+    rows = [Event(R.RUN_STARTED, 0, 0.0, {"device": "cpu", "amp": "off", "params": 10})]
+    rows += [make_sample(s, loss=4.0 - s / 10 if s % 5 == 0 else None) for s in range(1, 13)]
+    rows.append(Event(R.RUN_FINISHED, 12, 1.3, {"reason": "finished"}))
+    (run / METRICS).write_text("".join(json_line(r.to_json()) + "\n" for r in rows))
+    app = MemtopApp.for_folder(run, refresh_s=0.1, freeze_gc=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: app.last_sample is not None and
+                       app.last_sample.step == 12, "the final state")
+        assert app.last_sample.loss is None
+        assert app.panes["loss"].current == pytest.approx(3.0)  # step 10's
+        await pilot.press("q")
