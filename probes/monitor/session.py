@@ -5,8 +5,8 @@ through the Monitor, the framework callbacks (probes/integrations/) all need the
 around their steps: the recorder (run folder and in-process sinks), the control object and the
 request socket, the NVML poller on CUDA, the device's facts in run_started, request dispatch at
 a step boundary (pause, resume, stop, report, a memory snapshot, and the writer's own kinds),
-one StepSample from a memory reading, and an orderly close. A writer adds only what its loop knows: its instruments, its
-run_started fields, its request kinds and its step's own values.
+one StepSample from a memory reading, and an orderly close. A writer adds only what its loop
+knows: its instruments, its run_started fields, its request kinds and its step's own values.
 
     session = RunSession(run_dir, config=cfg, sinks=[ring.push])
     session.open(device)                           # memory probe, NVML poller (CUDA)
