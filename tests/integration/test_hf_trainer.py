@@ -58,7 +58,10 @@ def test_one_row_per_optimizer_step_with_hf_logged_loss(hf_run):
         tokens = row["tokens_per_s"] * row["step_ms"] / 1000
         assert tokens == pytest.approx(ACCUM * BATCH * 32, rel=1e-6)
     assert events[-1]["event"] == R.RUN_FINISHED and events[-1]["reason"] == "finished"
-    assert (run / "report.md").is_file() and (run / "report.json").is_file()
+    assert (run / "report.md").is_file()
+    report = json.loads((run / "report.json").read_text())
+    assert report["input"]["counted_per_step"] == "tokens"  # from the batches HF handed over
+    assert report["results"]["final_loss"] == pytest.approx(logged[STEPS]["loss"], rel=1e-6)
 
 
 def test_evaluation_and_saves_are_events_between_steps_not_leaks(hf_run):
