@@ -1,40 +1,38 @@
 """The framework callbacks are optional (pyproject.toml's extras): `import probes` and the
 Monitor never load transformers or lightning, and a callback whose framework is missing says in
-one sentence which extra installs it. Each in a fresh interpreter (nothing imported yet)."""
+one sentence which extra installs it. In a fresh interpreter (nothing imported yet)."""
 
 from __future__ import annotations
 
-import pytest
 from factories import run_python
 
+CODE = """
+import sys
+import probes, probes.integrations, probes.integrations.common
+from probes import Monitor, MemtopError
+from probes.integrations import StepDriver
+loaded = sorted({m.split('.')[0] for m in sys.modules}
+                & {'transformers', 'lightning', 'pytorch_lightning', 'accelerate'})
+assert not loaded, f'imported: {loaded}'
+for module, framework in (('probes.integrations.transformers', 'transformers'),
+                          ('probes.integrations.lightning', 'lightning')):
+    sys.modules[framework] = None  # as if it were not installed
+    try:
+        __import__(module)
+    except ImportError as err:
+        assert isinstance(err, MemtopError), type(err)
+        print(err)
+    else:
+        sys.exit(f'{module} imported without {framework}')
+"""
 
-def test_probes_and_the_monitor_never_import_a_framework():
-    code = ("import sys, probes, probes.integrations, probes.integrations.common\n"
-            "from probes import Monitor\n"
-            "from probes.integrations import StepDriver\n"
-            "bad = sorted({m.split('.')[0] for m in sys.modules} & "
-            "{'transformers', 'lightning', 'pytorch_lightning', 'accelerate'})\n"
-            "print(bad); sys.exit(1 if bad else 0)\n")
-    done = run_python(code)
+
+def test_no_framework_on_import_and_a_missing_one_is_one_sentence_naming_its_extra():
+    done = run_python(CODE)
     assert done.returncode == 0, done.stdout + done.stderr
-
-
-@pytest.mark.parametrize(("module", "framework", "extra"), [
-    ("probes.integrations.transformers", "transformers", "transformers"),
-    ("probes.integrations.lightning", "lightning", "lightning")])
-def test_a_missing_framework_is_one_sentence_naming_the_extra(module, framework, extra):
-    code = ("import sys\n"
-            f"sys.modules[{framework!r}] = None  # as if it were not installed\n"
-            "from probes import MemtopError\n"
-            "try:\n"
-            f"    __import__({module!r})\n"
-            "except ImportError as err:\n"
-            "    assert isinstance(err, MemtopError), type(err)\n"
-            "    print(err)\n"
-            "else:\n"
-            "    sys.exit('imported without its framework')\n")
-    done = run_python(code)
-    assert done.returncode == 0, done.stdout + done.stderr
-    line = done.stdout.strip()
-    assert "\n" not in line and f"pip install 'memtop[{extra}]'" in line
-    assert line.startswith(f"{module} needs {framework}")
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) == 2, lines  # one sentence each
+    for line, (module, extra) in zip(lines, (("transformers", "transformers"),
+                                             ("lightning", "lightning")), strict=True):
+        assert line.startswith(f"probes.integrations.{module} needs {extra}")
+        assert line.endswith(f"pip install 'memtop[{extra}]'")
