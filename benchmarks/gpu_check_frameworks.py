@@ -28,7 +28,7 @@ sys.path.insert(0, str(common.ROOT / "examples"))
 STEPS, SKIP = 20, 5
 
 
-class _Syncs:
+class SyncMarks:
     """Sync-debug warnings seen so far, read at each optimizer step's end."""
 
     def __init__(self, caught: list) -> None:
@@ -45,10 +45,10 @@ class _Syncs:
         return statistics.median(deltas) if deltas else None
 
 
-def _counted(train) -> _Syncs:
+def _counted(train) -> SyncMarks:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        syncs = _Syncs(caught)
+        syncs = SyncMarks(caught)
         torch.cuda.set_sync_debug_mode("warn")
         try:
             train(syncs)
@@ -64,7 +64,7 @@ def _rows(run: Path) -> tuple[list[dict], list[dict]]:
     return steps, events
 
 
-def hf_run(tmp: Path, amp: str, memtop: bool) -> tuple[_Syncs, Path | None]:
+def hf_run(tmp: Path, amp: str, memtop: bool) -> tuple[SyncMarks, Path | None]:
     import hf_trainer
     from transformers import TrainerCallback
 
@@ -72,7 +72,7 @@ def hf_run(tmp: Path, amp: str, memtop: bool) -> tuple[_Syncs, Path | None]:
 
     box: dict[str, Any] = {}
 
-    def train(syncs: _Syncs) -> None:
+    def train(syncs: SyncMarks) -> None:
         class Marks(TrainerCallback):
             def on_step_end(self, *a, **k):
                 syncs.mark()

@@ -162,3 +162,21 @@ async def test_viewer_shows_the_last_logged_loss_between_logging_steps(tmp_path)
         assert app.last_sample.loss is None
         assert app.panes["loss"].current == pytest.approx(3.0)  # step 10's
         await pilot.press("q")
+
+
+def test_gpu_check_counts_syncs_per_optimizer_step():
+    """benchmarks/gpu_check_frameworks.py's count (its CUDA run is a claim for a GPU): the
+    median of sync-debug warnings between step ends, after the first steps."""
+    import warnings
+
+    from factories import import_benchmark
+
+    marks = import_benchmark("gpu_check_frameworks").SyncMarks([])
+    for step in range(1, 13):
+        for _ in range(3 if step > 5 else 9):  # first steps: set-up syncs, left out
+            marks.caught.append(warnings.WarningMessage(
+                "called a synchronizing CUDA operation", UserWarning, "x.py", 1))
+        marks.caught.append(warnings.WarningMessage("another warning", UserWarning, "x.py", 2))
+        marks.mark()
+    assert marks.per_step() == 3
+    assert import_benchmark("gpu_check_frameworks").SyncMarks([]).per_step() is None
