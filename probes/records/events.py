@@ -192,17 +192,22 @@ def _profile_done(d: Mapping[str, Any]) -> str:
     return (f"{d.get('dir')}: {len(ops)} ops, top {top}" if top else f"{d.get('dir')}")
 
 
+def _took(d: Mapping[str, Any]) -> str:
+    seconds = finite_num(d.get("seconds"))
+    return f", {seconds:.1f} s" if seconds is not None else ""
+
+
 def _evaluate(d: Mapping[str, Any]) -> str:
     metrics = d.get("metrics") if isinstance(d.get("metrics"), Mapping) else {}
     loss = next((v for k, v in metrics.items() if k in ("eval_loss", "val_loss", "loss")
                  and finite_num(v) is not None), None)
-    text = f"evaluation between steps, {d.get('seconds', 0):.1f} s"
-    return text + (f", loss {loss:.4g}" if loss is not None else "")
+    return (f"evaluation between steps{_took(d)}"
+            + (f", loss {loss:.4g}" if loss is not None else ""))
 
 
 def _save(d: Mapping[str, Any]) -> str:
     where = f" {d['path']}" if d.get("path") else ""
-    return f"checkpoint{where} saved between steps, {d.get('seconds', 0):.1f} s"
+    return f"checkpoint{where} saved between steps{_took(d)}"
 
 
 def _error(d: Mapping[str, Any]) -> str:

@@ -64,7 +64,10 @@ def test_validation_and_checkpoints_are_events_not_leaks(fit_run):
     evals = [e for e in events if e["event"] == R.EVALUATE]
     assert [e["step"] for e in evals] == [10, 20, 30, 40]
     assert all("val_loss" in e["metrics"] for e in evals)
-    assert [e["step"] for e in events if e["event"] == R.SAVE] == [10, 20, 30, 40]
+    saves = [e for e in events if e["event"] == R.SAVE]
+    assert [e["step"] for e in saves] == [10, 20, 30, 40]
+    assert R.EVENT_KINDS[R.SAVE].summary(saves[0]) == "checkpoint saved between steps"
+    assert R.EVENT_KINDS[R.EVALUATE].summary(evals[0]).startswith("evaluation between steps, ")
     assert not [e for e in events if e["event"] == R.LEAK_SUSPECTED]
     config = json.loads((run / "config.json").read_text())
     assert config["framework"] == "lightning"
