@@ -101,6 +101,8 @@ class MemtopCallback(TrainerCallback):
                          world_size=world, max_steps=int(state.max_steps or 0), config=config,
                          broadcast=_broadcast if world > 1 else None)
         self._close_after_log = False
+        if self._pre_hook is not None:  # a train() that raised never reached on_train_end
+            self._pre_hook.remove()
         self._pre_hook = model.register_forward_pre_hook(self._on_forward_pre,
                                                          with_kwargs=True)
 
