@@ -147,3 +147,37 @@ async def test_viewer_sees_a_user_leak_steers_and_stops_training(example, tmp_pa
     # HF ended as at its last step: the checkpoint of the step it stopped at
     assert (tmp_path / "hf" / f"checkpoint-{result.global_step}").is_dir()
     # naming the culprit (the user's forward hook) comes with issue #25's finder
+
+
+def test_a_train_that_raised_is_closed_by_the_next_one(example, tmp_path):
+    """HF has no exception hook: a train() that raises leaves its run open; the next train()
+    closes it (every row it finished kept) and counts each batch once."""
+    from transformers import TrainerCallback
+
+    from probes.integrations.transformers import MemtopCallback
+
+    class Boom(TrainerCallback):
+        raised = False
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step == 3 and not self.raised:
+                self.raised = True
+                raise RuntimeError("a bug in the user's callback")
+
+    memtop = MemtopCallback(listen=False)
+    trainer = example.make_trainer(tmp_path / "hf", steps=5, grad_accum=ACCUM, batch_size=BATCH,
+                                   logging_steps=1, eval_steps=None, save_steps=None,
+                                   callbacks=[memtop, Boom()])
+    with pytest.raises(RuntimeError, match="user's callback"):
+        in_thread(trainer.train)
+    first = memtop.driver.last_run
+    in_thread(trainer.train)
+    second = memtop.driver.last_run
+    assert first != second
+    steps, events = metrics_rows(first)
+    assert [r["step"] for r in steps] == [1, 2, 3]  # step 3 ended, its log never came
+    assert events[-1]["reason"] == "a new training run started before the last one ended"
+    steps, events = metrics_rows(second)
+    assert len(steps) == 5 and events[-1]["reason"] == "finished"
+    for row in steps:
+        assert row["tokens_per_s"] * row["step_ms"] / 1000 == pytest.approx(ACCUM * BATCH * 32)
