@@ -121,6 +121,14 @@ def import_benchmark(name: str) -> ModuleType:
     return importlib.import_module(name)
 
 
+def import_example(name: str) -> ModuleType:
+    """A script of examples/ as a module (its model and data builders, its main)."""
+    folder = str(ROOT / "examples")
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    return importlib.import_module(name)
+
+
 # --- threads and waits ---------------------------------------------------------------------------
 DEADLINE_S = 90.0  # an upper bound for a busy 2-core machine, never a duration to wait out
 

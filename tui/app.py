@@ -328,8 +328,11 @@ class MemtopApp(LiveEvents, StatusBars, RanksView, AppActions, NoticeLog, App[in
 
     def _take_samples(self, samples: list[StepSample]) -> None:
         rows = [sample_values(s) for s in samples]
-        for pane_id, pane in self.panes.items():
-            pane.push([row[pane_id] for row in rows])
+        for spec in PANES:
+            pane = self.panes.get(spec.id)
+            if pane is not None:  # a sample the pane holds its last value over is left out
+                pane.push([row[spec.id] for row, s in zip(rows, samples, strict=True)
+                           if spec.holds_last is None or not spec.holds_last(s)])
         last = samples[-1]
         self.last_sample = last
         self.update_notes()

@@ -46,6 +46,9 @@ class PaneSpec:
     note: Callable[[StepSample | None, Mapping[str, Any]], str | None] | None = None
     # a label the sample decides (both labels), in place of the device's
     sample_label: Callable[[StepSample], str] | None = None
+    # True for a sample that carries no value of this pane's own (a framework logs its loss
+    # every few steps): the pane keeps showing the last one instead of n/a
+    holds_last: Callable[[StepSample], bool] | None = None
 
     def on(self, device_type: str) -> OnDevice:
         return self.cuda if device_type == "cuda" else self.cpu
@@ -226,8 +229,11 @@ PANES: tuple[PaneSpec, ...] = (
         **_both("loss", "loss",
                 "the loss the loop handed over, read when the step ends, in the same "
                 "device-to-host transfer as the gradient norm and the scale "
-                "(probes/monitor/stepvalues.py); n/a when it is not finite."),
-        value=lambda s: _finite_or_none(s.loss), note=_loss_note),
+                "(probes/monitor/stepvalues.py); n/a when it is not finite. Under the HF "
+                "Trainer it is the loss HF logs, every logging_steps: the pane shows the "
+                "last one logged."),
+        value=lambda s: _finite_or_none(s.loss), note=_loss_note,
+        holds_last=lambda s: s.loss is None),
 )
 
 PANE_IDS: tuple[str, ...] = tuple(spec.id for spec in PANES)

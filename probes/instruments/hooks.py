@@ -75,5 +75,9 @@ class StepHook:
     def end_step(self, step: int, tensors: StepTensors, sample: StepSample) -> None:
         """Called after the sample of ``step`` is taken."""
 
+    def between_steps(self, kind: str) -> None:
+        """The loop ran something between two steps (``kind``: an evaluation, a checkpoint
+        save): what it allocated or freed is not a step's doing."""
+
     def close(self) -> None:
         """The run is ending (normally or not): release resources, never raise."""

@@ -274,7 +274,8 @@ class LeakWatch(StepHook):
     the profiler traced (``sample.profiling``: its wait, warmup and active steps, not the
     table's analysis, which runs in a child process) and ``settle_steps`` after them (the
     trace's export frees the profiler's buffers into the next steps' heap readings),
-    and the jump across a pause (the UI thread allocates in the same heap meanwhile) are left out.
+    and the jump across a pause (the UI thread allocates in the same heap meanwhile) or across
+    an evaluation or a checkpoint save between steps (``between_steps``) are left out.
     """
 
     def __init__(self, config: LeakDetectorConfig | None = None, settle_steps: int = 3,
@@ -343,6 +344,11 @@ class LeakWatch(StepHook):
                 self.ctx.emit(Event(R.LEAK_CLEARED, step, self.ctx.elapsed_s(), {
                     "counter": name, "since_step": result.since_step,
                     "alert_step": result.alert.step}))
+
+    def between_steps(self, kind: str) -> None:
+        """An evaluation or a checkpoint save ran since the last step: the steps on either side
+        are not compared (its buffers and caches are not a step's growth)."""
+        self._gap()
 
     def _gap(self) -> None:
         for detector in self.detectors.values():

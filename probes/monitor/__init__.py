@@ -1,7 +1,7 @@
 """The writers' side: ``Monitor`` around any training loop, ``mon.step()`` around each optimizer
 step, over a ``RunSession`` (run folder, control, socket, counters, request dispatch) that
-every writer shares: the Monitor, ``memtop infer``'s runner (trainer/infer.py), and the
-framework callbacks to come.
+every writer shares: the Monitor, ``memtop infer``'s runner (trainer/infer.py), and through
+the Monitor the framework callbacks (probes/integrations/).
 
     from probes import Monitor
 

@@ -69,15 +69,19 @@ class StepScope:
         self._t0 = 0.0
 
     def set(self, *, loss: Any = None, grad_norm: Any = None, output: torch.Tensor | None = None,
-            tokens: int | None = None, samples: int | None = None) -> None:
+            tokens: int | None = None, samples: int | None = None,
+            micro_batches: int | None = None) -> None:
         """Hand over what this step computed. Tensors are read once, after the step, in one
-        transfer (no extra device sync); ``output`` (e.g. logits) only sizes leak hints."""
+        transfer (no extra device sync); ``output`` (e.g. logits) only sizes leak hints;
+        ``micro_batches`` replaces the count of the model's forward passes (a framework that
+        calls the model's forward twice per batch, or not at all, knows its batches)."""
         v = self._values
         v.loss = loss if loss is not None else v.loss
         v.grad_norm = grad_norm if grad_norm is not None else v.grad_norm
         v.output = output if output is not None else v.output
         v.tokens = tokens if tokens is not None else v.tokens
         v.samples = samples if samples is not None else v.samples
+        v.micro_batches = micro_batches if micro_batches is not None else v.micro_batches
 
     def __enter__(self) -> StepScope:
         self._t0 = time.perf_counter()
@@ -272,6 +276,15 @@ class Monitor:
         """Write an event row (one of probes.records.EVENT_KINDS, or your own name)."""
         return self.session.emit(name, step, data)
 
+    def between_steps(self, kind: str, data: dict[str, Any] | None = None) -> Event:
+        """Something the loop ran between two optimizer steps (``kind``: probes.records.EVALUATE,
+        SAVE): its event row, and the instruments do not compare the steps on either side of it,
+        so an evaluation's or a checkpoint's memory is not taken for a leak."""
+        event = self.emit(kind, self.step_count, data)
+        for hook in self.hooks:
+            hook.between_steps(kind)
+        return event
+
     def close(self, reason: str | None = None, error: BaseException | None = None) -> None:
         """End the run: instruments closed, run_finished written, threads stopped, report.
 
@@ -346,7 +359,7 @@ class Monitor:
             loss=loss, scale=scale if self.scaler else None,
             skipped_steps=self._scale_watch.skipped, grad_norm=grad_norm,
             profiling=self._tracing, leak_active=self.leak_active,
-            micro_batches=self._micro or None)
+            micro_batches=v.micro_batches or self._micro or None)
         scope.sample = sample
         self.recorder.publish(sample)
         tensors = StepTensors(loss=v.loss if isinstance(v.loss, torch.Tensor) else None,

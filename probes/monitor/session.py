@@ -1,12 +1,12 @@
 """One process's run, whatever its loop: the part every writer of a run folder shares.
 
-The Monitor (probes/monitor/monitor.py), memtop's inference runner (trainer/infer.py) and the
-framework callbacks to come all need the same pieces around their steps: the recorder (run
-folder and in-process sinks), the control object and the request socket, the NVML poller on
-CUDA, the device's facts in run_started, request dispatch at a step boundary (pause, resume,
-stop, report, a memory snapshot, and the writer's own kinds), one StepSample from a memory
-reading, and an orderly close. A writer adds only what its loop knows: its instruments, its
-run_started fields, its request kinds and its step's own values.
+The Monitor (probes/monitor/monitor.py), memtop's inference runner (trainer/infer.py) and,
+through the Monitor, the framework callbacks (probes/integrations/) all need the same pieces
+around their steps: the recorder (run folder and in-process sinks), the control object and the
+request socket, the NVML poller on CUDA, the device's facts in run_started, request dispatch at
+a step boundary (pause, resume, stop, report, a memory snapshot, and the writer's own kinds),
+one StepSample from a memory reading, and an orderly close. A writer adds only what its loop
+knows: its instruments, its run_started fields, its request kinds and its step's own values.
 
     session = RunSession(run_dir, config=cfg, sinks=[ring.push])
     session.open(device)                           # memory probe, NVML poller (CUDA)

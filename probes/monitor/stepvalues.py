@@ -27,6 +27,7 @@ class StepValues:
     output: torch.Tensor | None = None
     tokens: int | None = None
     samples: int | None = None
+    micro_batches: int | None = None  # told by a loop whose model's forward is not one per batch
 
 
 def _as_float(value: Any) -> float | None:

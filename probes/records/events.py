@@ -129,6 +129,8 @@ WEIGHTS_SAVED = "weights_saved"
 REQUEST_DONE = "request_done"
 ADMISSION = "admission"
 CACHE_BASELINE = "cache_baseline"
+EVALUATE = "evaluate"
+SAVE = "save"
 
 _OP_FIELDS = {"name": "str", "calls": "int", "self_cpu_us": "num", "cpu_total_us": "num",
               "self_device_us": "num", "device_total_us": "num", "cpu_memory_bytes": "int",
@@ -209,6 +211,24 @@ def _profile_done(d: Mapping[str, Any]) -> str:
     ops = d.get("top_ops") or []
     top = ops[0].get("name") if ops and isinstance(ops[0], dict) else None
     return (f"{d.get('dir')}: {len(ops)} ops, top {top}" if top else f"{d.get('dir')}")
+
+
+def _took(d: Mapping[str, Any]) -> str:
+    seconds = finite_num(d.get("seconds"))
+    return f", {seconds:.1f} s" if seconds is not None else ""
+
+
+def _evaluate(d: Mapping[str, Any]) -> str:
+    metrics = d.get("metrics") if isinstance(d.get("metrics"), Mapping) else {}
+    loss = next((v for k, v in metrics.items() if k in ("eval_loss", "val_loss", "loss")
+                 and finite_num(v) is not None), None)
+    return (f"evaluation between steps{_took(d)}"
+            + (f", loss {loss:.4g}" if loss is not None else ""))
+
+
+def _save(d: Mapping[str, Any]) -> str:
+    where = f" {d['path']}" if d.get("path") else ""
+    return f"checkpoint{where} saved between steps{_took(d)}"
 
 
 def _error(d: Mapping[str, Any]) -> str:
@@ -340,6 +360,10 @@ _KINDS = (
                "kv_cache_bytes": "int", "same_tokens": "bool", "peak_note": "str"},
               summary=_baseline,
               required=("tokens", "cached_ms_per_token_p50", "recompute_ms_per_token_p50")),
+    EventKind(EVALUATE, "a framework's evaluation ran between two optimizer steps (HF, Lightning)",
+              {"seconds": "num", "metrics": {}, "source": "str"}, summary=_evaluate),
+    EventKind(SAVE, "a framework saved a checkpoint between two optimizer steps (HF, Lightning)",
+              {"seconds": "num", "path": "str", "source": "str"}, summary=_save),
 )
 EVENT_KINDS: dict[str, EventKind] = {k.name: k for k in _KINDS}
 

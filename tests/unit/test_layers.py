@@ -11,7 +11,8 @@ import pkgutil
 import pytest
 from factories import ROOT, TORCH_FREE
 
-SUBPACKAGES = (*TORCH_FREE, "probes.counters", "probes.instruments", "probes.monitor")
+SUBPACKAGES = (*TORCH_FREE, "probes.counters", "probes.instruments", "probes.monitor",
+               "probes.integrations")
 
 
 def test_import_contracts_hold(capsys, monkeypatch):

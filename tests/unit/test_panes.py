@@ -57,3 +57,14 @@ def test_scale_and_loss_notes_say_why_there_is_none():
     assert scale.note(None, {"amp": "bf16", "mode": "infer"}) == "none: inference"
     assert loss.note(None, {"mode": "infer"}) == "none: inference"
     assert loss.note(SAMPLE, {}) is None
+
+
+def test_the_loss_pane_holds_a_loss_logged_every_few_steps():
+    """HF's loss is on the rows of its logging steps only: the pane keeps the last one over
+    the rows without one, but a loss that is there and not finite still shows n/a."""
+    loss = next(spec for spec in p.PANES if spec.id == "loss")
+    assert loss.holds_last is not None
+    assert loss.holds_last(make_sample(loss=None))
+    assert not loss.holds_last(make_sample(loss=math.nan))
+    assert loss.value(make_sample(loss=math.nan)) is None
+    assert all(spec.holds_last is None for spec in p.PANES if spec.id != "loss")

@@ -11,6 +11,7 @@ from probes.analysis.report.context import (
     is_gpt_config,
     warmup_steps,
 )
+from probes.records.values import finite_num
 from probes.tools.tables import markdown_table
 from probes.tools.units import format_bytes
 
@@ -53,7 +54,8 @@ def _model_and_input(ctx: ReportContext) -> tuple[dict, dict]:
              "params": started.get("params")}
     inp = {"tokens_per_step": started.get("tokens_per_step"),
            "samples_per_step": started.get("samples_per_step"),
-           "param_dtype": param_dtype, "compute_dtype": compute}
+           "counted_per_step": _counted(ctx.steps), "param_dtype": param_dtype,
+           "compute_dtype": compute}
     return model, inp
 
 
@@ -98,6 +100,15 @@ def _model_text(model: dict[str, Any], params: str) -> str:
     return f"{model['kind']} (the training loop's own model){params}"
 
 
+def _counted(steps: list[dict[str, Any]]) -> str | None:
+    """What the rows' throughput counts when the loop gave no fixed figure per step (a
+    framework callback counts each step's batches: probes/integrations/common.py)."""
+    for unit in ("tokens", "samples"):
+        if any(finite_num(r.get(f"{unit}_per_s")) is not None for r in steps):
+            return unit
+    return None
+
+
 def _input_text(inp: dict[str, Any]) -> str:
     if "seq_len" in inp:
         return (f"B={_t(inp['batch_size'])}, T={_t(inp['seq_len'])} "
@@ -106,8 +117,10 @@ def _input_text(inp: dict[str, Any]) -> str:
     per_step = [f"{inp[k]} {unit}/step" for k, unit in (("tokens_per_step", "tokens"),
                                                         ("samples_per_step", "samples"))
                 if inp.get(k)]
-    return (", ".join(per_step) or "not reported by the loop (steps/s shown)") + \
-        f", {inp['param_dtype']} weights"
+    counted = inp.get("counted_per_step")
+    fallback = (f"{counted} counted per step from its batches" if counted else
+                "not reported by the loop (steps/s shown)")
+    return (", ".join(per_step) or fallback) + f", {inp['param_dtype']} weights"
 
 
 def render(section: dict[str, Any], report: dict[str, Any]) -> list[str]:
