@@ -32,7 +32,9 @@ def test_heap_counter_moves_by_the_size_of_a_tensor():
 
     before, during, after = in_thread(work)
     grown = during.allocated_bytes - before.allocated_bytes
-    assert 32 * MiB <= grown < 33 * MiB  # byte-exact heap accounting, plus a small header
+    # Byte-exact heap accounting, give or take what other threads of this process (pytest-xdist's
+    # channel thread) malloc or free between the two reads: CI once saw 32 MiB - 2.5 KiB.
+    assert abs(grown - 32 * MiB) < 256 * 1024
     assert during.reserved_bytes >= during.allocated_bytes
     assert after.allocated_bytes < during.allocated_bytes - 31 * MiB
     assert during.peak_allocated_bytes >= during.allocated_bytes
