@@ -39,6 +39,7 @@ from probes.control.unix_socket import ControlServer
 from probes.counters.nvml import NvmlPoller
 from probes.instruments.hints import HintWatch
 from probes.instruments.hooks import GPTShape, StepHook, StepTensors
+from probes.instruments.phases import PhaseClock
 from probes.monitor.guard import MemoryGuard
 from probes.monitor.session import RunSession
 from probes.monitor.setup import (
@@ -128,9 +129,10 @@ class Monitor:
     without a GradScaler such a step raises NonFiniteError from its ``with`` block and is
     recorded as the run's error, not as a sample); ``memory_history`` (CUDA: record
     allocations with Python stacks for the OOM snapshot; costs µs per allocation, off by
-    default, probes/counters/cudamem.py); ``session`` (a RunSession not opened yet, built by a
-    writer that needs its recorder before the loop starts, as memtop's trainer does; its run
-    folder, rank, config and control are then the session's).
+    default, probes/counters/cudamem.py); ``step_split`` (data wait, forward, backward,
+    optimizer in every row: probes/instruments/phases.py); ``session`` (a RunSession not
+    opened yet, built by a writer that needs its recorder before the loop starts, as memtop's
+    trainer does; its run folder, rank, config and control are then the session's).
     """
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, *,
@@ -148,7 +150,8 @@ class Monitor:
                  control: RunControl | None = None, session: RunSession | None = None,
                  extra_hooks: Iterable[StepHook] = (), rank: int | None = None,
                  requests: Mapping[str, Callable[[int], object]] | None = None,
-                 non_finite: str = "record", memory_history: bool = False) -> None:
+                 non_finite: str = "record", memory_history: bool = False,
+                 step_split: bool = True) -> None:
         device = check_args(model, optimizer, scaler, tokens_per_step, samples_per_step, amp,
                              warmup_steps, max_steps)
         if non_finite not in ("record", "fail"):
@@ -198,6 +201,7 @@ class Monitor:
                                    warmup_steps=warmup_steps, max_steps=max_steps,
                                    model_shape=model_shape, config=dict(config or {}))
         self._forward_hook = model.register_forward_hook(self._on_forward)
+        self.phases = PhaseClock(model, optimizer, device) if step_split else None
         for hook in self.hooks:
             hook.setup(self.ctx)
         if self.profiler is not None:
@@ -301,6 +305,8 @@ class Monitor:
                 hook.close()
         with contextlib.suppress(Exception):
             self._forward_hook.remove()
+        if self.phases is not None:
+            self.phases.close()  # removes hooks only: never raises
         self.session.close(reason)
         if self.write_report_at_close:
             with contextlib.suppress(Exception):
@@ -336,9 +342,12 @@ class Monitor:
         self._micro = 0
         self.memory.begin_step()  # this step's peak starts here (CUDA: no sync)
         self._tracing = self.profiler is not None and self.profiler.tracing
+        if self.phases is not None:
+            self.phases.begin(scope.step, scope._t0)
 
     def _step_ended(self, scope: StepScope) -> None:
         step, v = scope.step, scope._values
+        split = self.phases.end() if self.phases is not None else {}  # before the sync
         scale_t = self._scale_watch.scale_tensor()
         synced = any(isinstance(x, torch.Tensor) and x.device.type != "cpu"
                      for x in (v.loss, v.grad_norm, scale_t))
@@ -359,7 +368,7 @@ class Monitor:
             loss=loss, scale=scale if self.scaler else None,
             skipped_steps=self._scale_watch.skipped, grad_norm=grad_norm,
             profiling=self._tracing, leak_active=self.leak_active,
-            micro_batches=v.micro_batches or self._micro or None)
+            micro_batches=v.micro_batches or self._micro or None, **split)
         scope.sample = sample
         self.recorder.publish(sample)
         tensors = StepTensors(loss=v.loss if isinstance(v.loss, torch.Tensor) else None,
@@ -370,8 +379,12 @@ class Monitor:
         self.guard.check(step, reading)
         if not self.should_stop and (self.max_steps == 0 or step < self.max_steps):
             self._boundary(step + 1)  # requests and pauses, before the loop's next step
+        if self.phases is not None:
+            self.phases.left()  # the loop's own time between steps starts here
 
     def _step_failed(self, step: int, exc: BaseException) -> None:
+        if self.phases is not None:
+            self.phases.forget_left()  # the next step's wait would hold this one
         if isinstance(exc, KeyboardInterrupt):
             return  # an interruption, not a failure: close() says so
         self.session.record_error(step, exc)

@@ -66,9 +66,12 @@ from probes.records.hints import (  # noqa: F401
 )
 from probes.records.step import (  # noqa: F401
     DECODE,
+    GPU_BUSY_FIELDS,
     INFERENCE_FIELDS,
     PHASES,
     PREFILL,
+    SPLIT_FIELDS,
+    SPLIT_LABELS,
     STEP_FIELDS,
     StepSample,
     step_row_problem,
@@ -98,6 +101,9 @@ __all__ = [
     "PREFILL",
     "DECODE",
     "PHASES",
+    "SPLIT_FIELDS",
+    "SPLIT_LABELS",
+    "GPU_BUSY_FIELDS",
     "Event",
     "Record",
     "BULKY_FIELDS",
