@@ -222,7 +222,9 @@ class RunSession:
             self._handlers[req.kind](step)
 
     def _write_report_async(self, step: int) -> None:
-        """report.md/json off the step path (it reads the whole metrics file)."""
+        """report.md/json off the step path (it reads the whole metrics file, so the rows
+        still waiting for their batch's flush go first)."""
+        self.recorder.flush()
 
         def write() -> None:
             from probes.analysis.report.build import write_report

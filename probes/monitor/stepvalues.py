@@ -34,7 +34,10 @@ def _as_float(value: Any) -> float | None:
     if value is None:
         return None
     if isinstance(value, torch.Tensor):
-        return float(value.detach().reshape(-1)[0]) if value.numel() else None
+        n = value.numel()
+        if n == 1:
+            return float(value.item())  # one dispatch (not detach, reshape, index: ~5 µs)
+        return float(value.detach().reshape(-1)[0]) if n else None
     try:
         return float(value)
     except (TypeError, ValueError):
