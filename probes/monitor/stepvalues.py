@@ -44,6 +44,11 @@ def _as_float(value: Any) -> float | None:
         return None
 
 
+def on_device(value: Any) -> bool:
+    """Whether ``value`` is a tensor off the CPU (reading it waits for its device)."""
+    return isinstance(value, torch.Tensor) and value.device.type != "cpu"
+
+
 def read_step_values(*values: Any) -> list[float | None]:
     """Each value (tensor, number or None) as a float; the CUDA tensors among them in one
     device-to-host transfer."""
