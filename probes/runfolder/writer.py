@@ -137,11 +137,13 @@ class _Flusher:
     def __init__(self) -> None:
         self._writers: weakref.WeakSet[MetricsWriter] = weakref.WeakSet()
         self._lock = threading.Lock()
+        self._wake = threading.Event()  # a writer with a shorter interval came: sleep less
         self._thread: threading.Thread | None = None
 
     def add(self, writer: MetricsWriter) -> None:
         with self._lock:
             self._writers.add(writer)
+            self._wake.set()
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="memtop-flush",
                                                 daemon=True)
@@ -156,7 +158,8 @@ class _Flusher:
             with self._lock:
                 writers = list(self._writers)
             interval = min((w.flush_interval_s for w in writers), default=FLUSH_INTERVAL_S)
-            time.sleep(interval)
+            if self._wake.wait(interval):
+                self._wake.clear()
             self.flush_all(writers)
 
     def flush_all(self, writers: list[MetricsWriter] | None = None) -> None:
