@@ -6,9 +6,10 @@ one ``flush`` system call) is the job of a background thread every ``flush_inter
 loop it runs while the training thread waits for the device (torch releases the GIL there), and
 on a CPU-bound loop it costs the same GIL time as before, but for a batch with warm caches. The
 step path flushes itself only when the background thread is late by a whole interval (starved).
-An event is encoded at once (its data is a mutable dict) and waits with the step rows, in order;
-the three a reader needs at once to tell a run's state (run_started, error, run_finished) flush
-at once, with every row before them: the order of the file is the order of publishing.
+An event is encoded at once (its data is a mutable dict) and flushed at once, with every row
+before it: events are rare and are what live readers wait for (profile_started, paused, a leak
+alert, run_finished). The one periodic kind, the ledger's measurement (every 50 steps), waits for
+the next flush instead. The order of the file is the order of publishing.
 
 What can be lost: nothing on a normal exit, an exception, or an interpreter exit without
 close() (close() flushes; an atexit hook flushes every writer still open). A process killed
@@ -34,7 +35,7 @@ from probes.records import Record, StepSample
 from probes.runfolder.atomic import json_safe
 
 FLUSH_INTERVAL_S = 0.5  # the most of step rows a SIGKILL can take with it
-URGENT = frozenset({R.RUN_STARTED, R.ERROR, R.RUN_FINISHED})  # events flushed at once
+BATCHED_EVENTS = frozenset({R.LEDGER})  # periodic: they wait for the flush; other events do not
 
 # made once: json.dumps with keywords builds a new encoder per call (~1 µs of the step path)
 _ENCODER = json.JSONEncoder(separators=(",", ":"), default=str, allow_nan=False)
@@ -53,7 +54,7 @@ class MetricsWriter:
     """Appends one JSON object per line; safe to call from any thread.
 
     Rows wait in memory for about ``flush_interval_s`` (0: every row is encoded and flushed
-    at once, as before issue 28); the URGENT events flush at once. The module docstring says
+    at once, as before issue 28); events but BATCHED_EVENTS flush at once. The module docstring says
     what a kill loses. ``flushes`` counts the file writes, ``flushed_step`` is the last step on
     disk.
     """
@@ -85,7 +86,8 @@ class MetricsWriter:
             else:
                 self.write_row(record.to_json())
         else:
-            self.write_row(record.to_json(), urgent=getattr(record, "event", None) in URGENT)
+            self.write_row(record.to_json(),
+                           urgent=getattr(record, "event", None) not in BATCHED_EVENTS)
 
     def _add(self, item: str | StepSample, step: int, urgent: bool) -> None:
         with self._lock:

@@ -26,19 +26,22 @@ def _steps_and_events(path: Path) -> list[str]:
             for r in map(json.loads, path.read_text().splitlines())]
 
 
-def test_rows_wait_for_the_flush_in_order_and_urgent_events_flush_everything(tmp_path):
+def test_rows_wait_for_the_flush_in_order_and_events_flush_everything_before_them(tmp_path):
     path = tmp_path / "metrics.jsonl"
     writer = MetricsWriter(path, flush_interval_s=3600)  # only events and close() flush here
     writer.write(Event(R.RUN_STARTED, 0, 0.0, {"amp": "off"}))
     assert _steps_and_events(path) == ["e:run_started"]  # urgent: on disk at once
     writer.write(make_sample(1))
-    writer.write(Event(R.LEDGER, 1, 0.1, {"lines": {}}))  # not urgent: waits, in its place
+    writer.write(Event(R.LEDGER, 1, 0.1, {"lines": {}}))  # periodic: waits, in its place
     writer.write(make_sample(2))
     assert _steps_and_events(path) == ["e:run_started"]
-    writer.write(Event(R.RUN_FINISHED, 2, 0.2, {"reason": "finished"}))
+    writer.write(Event(R.PROFILE_STARTED, 2, 0.2, {}))  # what a live reader waits for
     assert _steps_and_events(path) == ["e:run_started", "s:1", "e:ledger", "s:2",
-                                       "e:run_finished"]
-    assert writer.flushed_step == 2
+                                       "e:profile_started"]
+    writer.write(make_sample(3))
+    writer.write(Event(R.RUN_FINISHED, 3, 0.3, {"reason": "finished"}))
+    assert _steps_and_events(path)[-2:] == ["s:3", "e:run_finished"]
+    assert writer.flushed_step == 3
     writer.close()
 
 
