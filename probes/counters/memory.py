@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import math
-import time
 from dataclasses import dataclass
 
 import torch
@@ -49,8 +47,6 @@ def _load_mallinfo2():
 
 
 _MALLINFO2 = _load_mallinfo2()
-PEAK_READ_BUDGET = 0.01  # the mid-step heap read's share of a step (MemoryProbe)
-PEAK_READ_MAX_SKIP = 49  # it is taken at least every 50th step
 
 
 def _load_malloc_trim():
@@ -113,9 +109,6 @@ class MemoryProbe:
         self._rss = RssReader()
         self._run_peak: int | None = None
         self._step_peak: int | None = None  # CPU: max of the heap readings in this step
-        self._last_read_t = time.perf_counter()
-        self._period_s: float | None = None  # between the last two read()s: about a step
-        self._peak_skip = 0  # observe_peak_within_budget calls left to skip
 
     @property
     def counter_source(self) -> str:
@@ -150,34 +143,12 @@ class MemoryProbe:
         if heap is not None and (self._step_peak is None or heap[0] > self._step_peak):
             self._step_peak = heap[0]
 
-    def observe_peak_within_budget(self) -> None:
-        """CPU: ``observe_peak`` while one read costs at most PEAK_READ_BUDGET of the time
-        between two steps' end readings; else every k-th call, k the cost over that budget
-        (at most PEAK_READ_MAX_SKIP + 1). What it is for: the step's sampled activation peak,
-        not a pane's primary value (allocated, read at every step's end). A mallinfo2 walk
-        costs ~5 µs in a small warm process, ~50 µs with the caches cold after a step's
-        matmuls, ~100 µs in a big heap: nothing at memtop's 40 ms CPU step, 5% of a 1 ms one
-        (issue 28). A step without the read has its end reading as its sampled peak."""
-        if self.is_cuda:
-            return
-        if self._peak_skip > 0:
-            self._peak_skip -= 1
-            return
-        t0 = time.perf_counter()
-        self.observe_peak()
-        cost = time.perf_counter() - t0
-        budget = PEAK_READ_BUDGET * self._period_s if self._period_s else None
-        if budget and cost > budget:
-            self._peak_skip = min(PEAK_READ_MAX_SKIP, math.ceil(cost / budget) - 1)
-
     def _fold(self, step_peak: int | None) -> int | None:
         if step_peak is not None and (self._run_peak is None or step_peak > self._run_peak):
             self._run_peak = step_peak
         return self._run_peak
 
     def read(self) -> MemoryReading:
-        now = time.perf_counter()
-        self._period_s, self._last_read_t = now - self._last_read_t, now
         rss = self._rss.read()
         if self.is_cuda:
             st = read_stats(self.device)

@@ -340,7 +340,7 @@ class Monitor:
         if self._in_step is None:
             return  # an evaluation pass between steps
         self._micro += 1
-        self.memory.observe_peak_within_budget()  # issue 28: ≤ 1% of the step (memory.py)
+        self.memory.observe_peak()
         if self._amp == "auto":
             self._amp = autocast_mode(self.device) or "off"
             self.ctx.amp = self._amp
