@@ -283,11 +283,9 @@ class LeakWatch(StepHook):
     and the jump across a pause (the UI thread allocates in the same heap meanwhile) or across
     an evaluation or a checkpoint save between steps (``between_steps``) are left out.
 
-    On CUDA the host heap is a second series read here (mallinfo2 walks every arena: ~5 µs in a
-    small process, ~100 µs in a big one), so it is read every ``host_heap_every`` steps only
-    (issue 28: a few-ms GPU step cannot pay it each step); its detector fits bytes per step
-    over whatever steps it was fed, so a host leak is still found, ``host_heap_every`` times
-    more steps later. The device series, read by the step anyway, is fed every step.
+    On CUDA the host heap (a mallinfo2 walk, 5–100 µs) is read every ``host_heap_every`` steps
+    (issue 28); its detector fits bytes/step over the steps it gets, so a host leak is found
+    ``host_heap_every`` times more steps later. The device series is fed every step.
     """
 
     def __init__(self, config: LeakDetectorConfig | None = None, settle_steps: int = 3,

@@ -62,8 +62,6 @@ from probes.runfolder.recorder import Sink
 
 __all__ = ["Monitor", "StepScope", "default_hooks"]
 
-_NULL = contextlib.nullcontext  # what a hook's step_context returns on a step it does not wrap
-
 
 class StepScope:
     """One optimizer step, from ``with mon.step() as step:`` to its end."""
@@ -94,13 +92,11 @@ class StepScope:
     def __enter__(self) -> StepScope:
         self._t0 = time.perf_counter()
         try:
-            for hook in self.monitor.hooks:
+            for hook in self.monitor.hooks:  # most steps no hook wraps: no ExitStack (#28)
                 cm = hook.step_context(self.step)
-                if type(cm) is _NULL:
-                    continue  # most steps (issue 28): no ExitStack entered nor exited
-                if self._stack is None:
-                    self._stack = contextlib.ExitStack()
-                self._stack.enter_context(cm)
+                if type(cm) is not contextlib.nullcontext:
+                    self._stack = self._stack or contextlib.ExitStack()
+                    self._stack.enter_context(cm)
         except BaseException:
             if self._stack is not None:
                 self._stack.close()
