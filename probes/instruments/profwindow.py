@@ -27,6 +27,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
 from probes import records as R
+from probes.counters.memory import trim_heap
 from probes.instruments.hooks import StepHook, StepTensors
 from probes.instruments.proftrace import (
     TRACE_NAME,
@@ -85,7 +86,7 @@ class ProfilerWindow(StepHook):
                  at_steps: list[int] | tuple[int, ...] = (), record_shapes: bool = False,
                  profile_memory: bool = False, top_n: int = 20, analysis: str = "subprocess",
                  keep_profiler: bool = False, quiet: bool = True,
-                 analysis_timeout_s: float = 120.0) -> None:
+                 analysis_timeout_s: float = 120.0, trim_heap: bool = True) -> None:
         if wait < 0 or warmup < 0 or active <= 0:
             raise ValueError("profiler window needs wait >= 0, warmup >= 0 and active > 0")
         if analysis not in ("subprocess", "inprocess"):
@@ -98,6 +99,8 @@ class ProfilerWindow(StepHook):
         self.keep_profiler = keep_profiler
         self.quiet = quiet
         self.analysis_timeout_s = analysis_timeout_s
+        self.trim_heap = trim_heap  # after a window: glibc's freed pages back to the OS
+        self.trimmed: list[bool | None] = []  # trim_heap()'s answer after each window
         self._pending_at = sorted(set(at_steps))
         self._window: _Window | None = None
         self._analysis: _Analysis | None = None
@@ -279,6 +282,10 @@ class ProfilerWindow(StepHook):
                     "dir": win.dir_name})
                 return
         win.prof = None  # the trace is on disk; free the profiler's event buffers
+        if self.trim_heap and not self.keep_profiler:
+            # issue 28: what the buffers and the export used stays in glibc's arenas unless
+            # handed back (RESULTS.md, issue 28: the RSS after windows); the GIL is released
+            self.trimmed.append(trim_heap())
         self._analysis = ana
         self._poll(step, block=False)
 
