@@ -39,6 +39,8 @@ from probes.records import Event, StepSample
 from probes.runfolder import profile_dir
 from probes.traces.worker import spawn_worker
 
+GIL_BREATH_S = 0.02  # between the profiler's stop and the export: the UI thread's turn
+
 
 @dataclass
 class _Window:
@@ -251,6 +253,11 @@ class ProfilerWindow(StepHook):
         assert win is not None
         self._window = None
         self._stop_profiler(win)  # leaves the ProfilerStep range the last step() opened
+        # The schedule's stop (in the last prof.step()) and the export are two C++ calls that
+        # each hold the GIL for tens of ms (35-67 and 29-47 ms for the default window on two
+        # cores, RESULTS.md issue 28): back to back they stalled the UI thread ~145 ms. A breath
+        # between them lets the UI run, so its longest wait is the longer call, not the sum.
+        time.sleep(GIL_BREATH_S)
         out_dir = self.ctx.run_dir / win.dir_name
         try:
             export_s = export_trace(win.prof, out_dir, self._window_info(win))
