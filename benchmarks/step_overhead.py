@@ -15,6 +15,12 @@ What a block cannot show (the process-wide part) is measured beside it: the CPU 
 own threads (``memtop-*``: the request socket) used over the run, as a share of a core.
 
     python benchmarks/step_overhead.py [--model gpt|cnn] [--pairs 25] [--block 4] [--amp off]
+    python benchmarks/step_overhead.py --model sweep [--steps-ms 1,3,10,30] [--pairs 15]
+
+``--model sweep`` (issue 28) judges the cost at GPU speed: synthetic steps of real torch work
+sized to 1, 3, 10 and 30 ms (benchmarks/synthetic_step.py), each its own model and Monitor,
+blocks of ~100 ms, the same interleaving and A/A band. Targets: 0.95 at 1 ms (a 50 µs budget),
+0.99 at 3 ms, 0.995 at 10 and 30 ms.
 """
 
 from __future__ import annotations
@@ -50,6 +56,7 @@ from trainer.data import BatchSampler, load_corpus  # noqa: E402
 from trainer.model import GPT  # noqa: E402
 
 TARGET = 0.99
+SWEEP_TARGETS = {1.0: 0.95, 3.0: 0.99, 10.0: 0.995, 30.0: 0.995}  # step ms -> ratio target
 AMP = {"bf16": torch.bfloat16}
 
 
@@ -171,9 +178,52 @@ def measure(args: argparse.Namespace) -> dict:
     return res
 
 
+def sweep(args: argparse.Namespace) -> None:
+    """Monitored / plain at each synthetic step length, on the training thread."""
+    from synthetic_step import SyntheticStep
+
+    torch.set_num_threads(1)  # one host thread, as a GPU loop's; a stable calibration
+    rows, notes, loads = [], [], []
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory() as tmp:
+        for ms in [float(x) for x in args.steps_ms.split(",")]:
+            w = SyntheticStep(ms, tmp)
+            block = max(2, round(100.0 / max(w.step_ms, 0.05)))
+            for i in range(2 * args.warm):
+                w.block(i % 2 == 1, 1)
+            res = interleaved_pairs("plain", {"plain": lambda w=w, b=block: w.block(False, b),
+                                              "monitored": lambda w=w, b=block: w.block(True, b)},
+                                    args.pairs)
+            others = res["others_cores"]
+            loads.extend(others)
+            row, _verdict = ratio_row(
+                f"{ms:g} ms step (Linear {w.dim}, measured {w.step_ms:.2f} ms), samples/s",
+                res["ratios"]["monitored"], res["aa"], SWEEP_TARGETS.get(ms, TARGET),
+                sum(others) / len(others), args.max_busy)
+            rows.append(row)
+            cost_us = [(1 / m - 1 / p) * w.units * 1e6 for m, p in
+                       zip(res["values"]["monitored"], res["values"]["plain"], strict=True)]
+            notes.append(f"| {ms:g} ms | {block} | {median(cost_us):.0f} µs |")
+            w.monitor.close()
+    body = (
+        f"Synthetic steps (benchmarks/synthetic_step.py: a square Linear's forward, backward, "
+        f"SGD and the loss read, sized by calibration), CPU, 1 torch thread; per length its own "
+        f"model and Monitor (every default instrument, metrics.jsonl), {args.pairs} rounds of "
+        f"[plain, monitored, plain'] blocks of ~100 ms. {load_note(loads, args.max_busy)} Wall "
+        f"time {(time.monotonic() - t0) / 60:.1f} min.\n"
+        f"Command: `python benchmarks/step_overhead.py --model sweep --steps-ms {args.steps_ms} "
+        f"--pairs {args.pairs}`\n\n{RATIO_HEADER}\n" + "\n".join(rows) +
+        "\n\n| step | steps per block | memtop's cost per step (median of rounds) |\n"
+        "|---|---|---|\n" + "\n".join(notes))
+    print(body)
+    if not args.no_append:
+        append_results("Per-step cost at GPU step lengths, synthetic steps (issue 28)", body)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", choices=("gpt", "cnn"), default="gpt")
+    ap.add_argument("--model", choices=("gpt", "cnn", "sweep"), default="gpt")
+    ap.add_argument("--steps-ms", default="1,3,10,30", help="--model sweep: step lengths")
     ap.add_argument("--pairs", type=int, default=25, help="rounds of [plain, monitored, "
                     "plain']; fewer than 7 are not judged")
     ap.add_argument("--block", type=int, default=4, help="steps per block")
@@ -188,6 +238,9 @@ def main() -> None:
     from dashboard_overhead import wait_quiet
 
     wait_quiet(args.max_busy, args.max_wait, "before the first round")
+    if args.model == "sweep":
+        in_thread(sweep, args)
+        return
     res = in_thread(measure, args)
     unit = "tokens/s" if args.model == "gpt" else "samples/s"
     others = res["others_cores"]

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
+from probes.counters.host import NATIVE_BF16_FLAGS, read_cpu_flags
 from trainer.choices import AMP_MODES, ATTENTION_KINDS, LEAK_KINDS
 from trainer.corpus import corpus_bytes
 
@@ -75,14 +76,40 @@ def bf16_problem(capability: tuple[int, int], name: str) -> str | None:
             "8.0 or newer and is only emulated, slowly, below it); use --amp fp16")
 
 
+def auto_amp(device_type: str, cpu_flags: set[str]) -> tuple[str, str]:
+    """(amp mode, why) that ``--amp auto`` picks: fp16 + GradScaler on CUDA; on a CPU bf16 only
+    where it is native (avx512_bf16, amx_bf16, aarch64 bf16), fp32 elsewhere, because emulated
+    bf16 autocast is slower than fp32 (and with unknown flags, fp32: no guess). ``why`` is a
+    short part, ";", then the detail: the header shows the short part, run_started the whole."""
+    if device_type == "cuda":
+        return "fp16", "auto: fp16 on CUDA; with a GradScaler"
+    native = sorted(cpu_flags & NATIVE_BF16_FLAGS)
+    if native:
+        return "bf16", f"auto: native bf16; this CPU has {', '.join(native)}"
+    if not cpu_flags:
+        return "off", ("auto: fp32; this CPU's flags cannot be read, and bf16 autocast where it "
+                       "is emulated is slower than fp32 (--amp bf16 forces it)")
+    best = "avx512f" if "avx512f" in cpu_flags else ("avx2" if "avx2" in cpu_flags else "no avx2")
+    return "off", (f"auto: fp32, no native bf16; this CPU has {best} but neither avx512_bf16 "
+                   "nor amx_bf16, so bf16 autocast would be emulated, slower than fp32 "
+                   "(--amp bf16 forces it)")
+
+
+def amp_reason(amp: str, device: torch.device) -> str:
+    """Why the run uses the amp mode it does (run_started's ``amp_reason``, the header)."""
+    if amp == "auto":
+        return auto_amp(device.type, read_cpu_flags() if device.type == "cpu" else set())[1]
+    return f"asked for: --amp {amp}"
+
+
 def resolve_amp(amp: str, device: torch.device) -> str:
-    """'auto' -> fp16 (+GradScaler) on CUDA, bf16 on CPU; checks the dtype works on the device."""
+    """'auto' -> auto_amp's choice; checks the dtype works on the device."""
     import torch
 
     if amp not in AMP_MODES:
         raise ValueError(f"unknown amp mode {amp!r}; use one of {', '.join(AMP_MODES)}")
     if amp == "auto":
-        return "fp16" if device.type == "cuda" else "bf16"
+        return auto_amp(device.type, read_cpu_flags() if device.type == "cpu" else set())[0]
     if amp == "bf16" and device.type == "cuda" and torch.version.hip is None:
         problem = bf16_problem(torch.cuda.get_device_capability(device),
                                torch.cuda.get_device_name(device))

@@ -25,7 +25,7 @@ from probes.monitor.session import RunSession
 from probes.records import Record
 from probes.runfolder.state import RunState
 from trainer.background import BackgroundRun
-from trainer.config import TrainConfig, resolve_amp
+from trainer.config import TrainConfig, amp_reason, resolve_amp
 from trainer.data import BatchSampler, load_corpus
 from trainer.exit_codes import EXIT_FAILED, run_exit_code
 from trainer.leaks import LEAK_HINTS, LeakInjector
@@ -118,6 +118,7 @@ class Trainer(BackgroundRun):
                 torch.cuda.set_device(device)
             # bf16 checked on the chosen device's capability
             amp = cfg.amp_mode if self.device is None else resolve_amp(cfg.amp, device)
+            self.session.run_started_extra["amp_reason"] = amp_reason(cfg.amp, device)
             torch.manual_seed(cfg.seed)  # the same initial weights on every rank
             gpt_model = GPT(cfg.model_config()).to(device)
             gpt = gpt_model.config

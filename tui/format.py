@@ -104,15 +104,27 @@ def state_text(state: str, profile_phase: str | None, pause_requested: bool,
     return state
 
 
+def amp_short_reason(amp: str, reason: str | None) -> str | None:
+    """What the header says after the amp mode: only an auto choice of fp32 ("auto: fp32, no
+    native bf16"), the short part (before ";") of trainer.config.auto_amp's reason."""
+    if amp != "off" or not reason or not reason.startswith("auto:"):
+        return None
+    return reason.split(";", 1)[0]
+
+
 def header_text(*, device_name: str, device_total: int | None, amp: str, batch: int | None,
                 seq: int | None, params: int | None, step: int, elapsed_s: float | None,
-                state: str, width: int, switches: str | None = None) -> str:
+                state: str, width: int, switches: str | None = None,
+                amp_reason: str | None = None) -> str:
     """The header line; drops the least useful parts first when narrow. B/T are left out for
-    a loop that did not say them; ``switches``: an inference run's eval/inference_mode/scaler."""
+    a loop that did not say them; ``switches``: an inference run's eval/inference_mode/scaler;
+    ``amp_reason``: run_started's, whose short part says why ``--amp auto`` chose fp32."""
     total = f" {format_bytes(device_total)}" if device_total else ""
     device = f"{device_name or '…'}{total}"
     shape = [f"B{batch} T{seq}"] if batch and seq else []
-    parts = [device, f"amp {amp}", *shape, *([switches] if switches else []),
+    why = amp_short_reason(amp, amp_reason)
+    amp_part = f"amp {amp}" + (f" ({why})" if why else "")
+    parts = [device, amp_part, *shape, *([switches] if switches else []),
              f"{format_count(params)} params",
              f"step {step}", format_clock(elapsed_s), state.upper()]
     for sep, lead in ((" │ ", " memtop │ "), (" │ ", " "), (" · ", " "), (" ", "")):

@@ -34,7 +34,8 @@ class StatusBars:
             switches = switches_text((st.started or {}).get("switches"), short=True)
         text = header_text(
             device_name=st.device_name, device_total=st.device_total_bytes, switches=switches,
-            amp=st.amp or "…", batch=batch, seq=seq, params=st.params or None, step=st.step,
+            amp=st.amp or "…", amp_reason=(st.started or {}).get("amp_reason"), batch=batch,
+            seq=seq, params=st.params or None, step=st.step,
             elapsed_s=self.elapsed_s(), state=state,
             width=self.header_bar.size.width or self.size.width or 80)
         self.header_bar.show(text, state)

@@ -52,6 +52,8 @@ class RunControl:
 
     def take_due(self, step: int) -> list[Request]:
         """Requests to act on at the boundary before ``step``, oldest first."""
+        if not self._queue:  # the usual step (issue 28): no lock; a request submitted right
+            return []  # now is taken at the next boundary, as if it came a moment later
         with self._lock:
             if not self._queue:
                 return []

@@ -26,6 +26,27 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine() or "unknown"
 
 
+NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})  # x86 ones; aarch64's "bf16"
+
+
+def cpu_flags(cpuinfo: str) -> set[str]:
+    """The feature flags of /proc/cpuinfo's first processor ("flags" on x86, "Features" on
+    aarch64); empty when not listed."""
+    for line in cpuinfo.splitlines():
+        if line.startswith(("flags", "Features")):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def read_cpu_flags() -> set[str]:
+    """This machine's CPU flags; empty where /proc/cpuinfo cannot be read (not Linux)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            return cpu_flags(fh.read())
+    except OSError:
+        return set()
+
+
 def host_ram_bytes() -> int | None:
     """Physical RAM of this machine (MemTotal), or None where it cannot be read."""
     try:

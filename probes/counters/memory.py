@@ -49,6 +49,33 @@ def _load_mallinfo2():
 _MALLINFO2 = _load_mallinfo2()
 
 
+def _load_malloc_trim():
+    path = ctypes.util.find_library("c")
+    if path is None:
+        return None
+    try:
+        fn = ctypes.CDLL(path).malloc_trim  # a CDLL call releases the GIL while it runs
+    except (OSError, AttributeError):
+        return None  # not glibc
+    fn.restype = ctypes.c_int
+    fn.argtypes = [ctypes.c_size_t]
+    return fn
+
+
+_MALLOC_TRIM = _load_malloc_trim()
+
+
+def trim_heap() -> bool | None:
+    """Give glibc's free heap pages back to the OS (``malloc_trim(0)``: every arena's free
+    pages, not only the top). After a profiler window the profiler's freed event buffers and
+    export strings stay in glibc's arenas as RSS otherwise (issue 28). True when memory was
+    released, False when none could be, None where glibc is missing. The GIL is released
+    meanwhile: a UI thread does not wait for it."""
+    if _MALLOC_TRIM is None:
+        return None
+    return bool(_MALLOC_TRIM(0))
+
+
 def heap_counters() -> tuple[int, int] | None:
     """(in_use_bytes, held_from_os_bytes) of the glibc heap, or None where mallinfo2 is missing."""
     if _MALLINFO2 is None:

@@ -15,6 +15,7 @@ import torch
 
 from probes import records as R
 from probes.counters.cuda_stats import fragmentation
+from probes.counters.host import NATIVE_BF16_FLAGS, read_cpu_flags
 from probes.instruments.hooks import RunContext, StepHook, StepTensors
 from probes.records import Event, StepSample
 
@@ -50,17 +51,9 @@ def tensor_core_problem(amp: str, capability: tuple[int, int] | None) -> str | N
             f"start at sm {need[0]}.{need[1]}")
 
 
-def cpu_flags(cpuinfo: str) -> set[str]:
-    """The feature flags of /proc/cpuinfo's first processor (empty when not listed)."""
-    for line in cpuinfo.splitlines():
-        if line.startswith("flags"):
-            return set(line.split(":", 1)[1].split())
-    return set()
-
-
 def cpu_bf16_problem(amp: str, flags: set[str]) -> str | None:
     """Why bf16 autocast is emulated on this CPU, or None (native, not bf16, flags unknown)."""
-    if amp != "bf16" or not flags or flags & {"avx512_bf16", "amx_bf16"}:
+    if amp != "bf16" or not flags or flags & NATIVE_BF16_FLAGS:
         return None
     best = "avx512f" if "avx512f" in flags else ("avx2" if "avx2" in flags else "no avx2")
     return f"this CPU has {best} but neither avx512_bf16 nor amx_bf16"
@@ -153,12 +146,7 @@ class HintWatch(StepHook):
     def end_step(self, step: int, tensors: StepTensors, sample: StepSample) -> None:
         if not self._checked_start and self.ctx.device.type == "cpu":
             self._checked_start = True
-            try:
-                with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
-                    flags = cpu_flags(fh.read())
-            except OSError:
-                flags = set()  # not Linux: unknown, so no hint
-            problem = cpu_bf16_problem(sample.amp, flags)
+            problem = cpu_bf16_problem(sample.amp, read_cpu_flags())  # unknown: no hint
             if problem:
                 self._emit("cpu_bf16_emulated", step, problem)
         if not self._checked_start and self.ctx.device.type == "cuda":

@@ -27,6 +27,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
 from probes import records as R
+from probes.counters.memory import trim_heap
 from probes.instruments.hooks import StepHook, StepTensors
 from probes.instruments.proftrace import (
     TRACE_NAME,
@@ -37,6 +38,8 @@ from probes.instruments.proftrace import (
 from probes.records import Event, StepSample
 from probes.runfolder import profile_dir
 from probes.traces.worker import spawn_worker
+
+GIL_BREATH_S = 0.02  # between the profiler's stop and the export: the UI thread's turn
 
 
 @dataclass
@@ -85,7 +88,7 @@ class ProfilerWindow(StepHook):
                  at_steps: list[int] | tuple[int, ...] = (), record_shapes: bool = False,
                  profile_memory: bool = False, top_n: int = 20, analysis: str = "subprocess",
                  keep_profiler: bool = False, quiet: bool = True,
-                 analysis_timeout_s: float = 120.0) -> None:
+                 analysis_timeout_s: float = 120.0, trim_heap: bool = True) -> None:
         if wait < 0 or warmup < 0 or active <= 0:
             raise ValueError("profiler window needs wait >= 0, warmup >= 0 and active > 0")
         if analysis not in ("subprocess", "inprocess"):
@@ -98,6 +101,8 @@ class ProfilerWindow(StepHook):
         self.keep_profiler = keep_profiler
         self.quiet = quiet
         self.analysis_timeout_s = analysis_timeout_s
+        self.trim_heap = trim_heap  # after a window: glibc's freed pages back to the OS
+        self.trimmed: list[bool | None] = []  # trim_heap()'s answer after each window
         self._pending_at = sorted(set(at_steps))
         self._window: _Window | None = None
         self._analysis: _Analysis | None = None
@@ -248,6 +253,11 @@ class ProfilerWindow(StepHook):
         assert win is not None
         self._window = None
         self._stop_profiler(win)  # leaves the ProfilerStep range the last step() opened
+        # The schedule's stop (in the last prof.step()) and the export are two C++ calls that
+        # each hold the GIL for tens of ms (35-67 and 29-47 ms for the default window on two
+        # cores, RESULTS.md issue 28): back to back they stalled the UI thread ~145 ms. A breath
+        # between them lets the UI run, so its longest wait is the longer call, not the sum.
+        time.sleep(GIL_BREATH_S)
         out_dir = self.ctx.run_dir / win.dir_name
         try:
             export_s = export_trace(win.prof, out_dir, self._window_info(win))
@@ -279,6 +289,10 @@ class ProfilerWindow(StepHook):
                     "dir": win.dir_name})
                 return
         win.prof = None  # the trace is on disk; free the profiler's event buffers
+        if self.trim_heap and not self.keep_profiler:
+            # issue 28: what the buffers and the export used stays in glibc's arenas unless
+            # handed back (RESULTS.md, issue 28: the RSS after windows); the GIL is released
+            self.trimmed.append(trim_heap())
         self._analysis = ana
         self._poll(step, block=False)
 

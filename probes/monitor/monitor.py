@@ -50,7 +50,13 @@ from probes.monitor.setup import (
     env_world_size,
     make_folder,
 )
-from probes.monitor.stepvalues import ScalerWatch, StepValues, non_finite_error, read_step_values
+from probes.monitor.stepvalues import (
+    ScalerWatch,
+    StepValues,
+    non_finite_error,
+    on_device,
+    read_step_values,
+)
 from probes.records import Event, StepSample
 from probes.records.errors import MonitorArgumentError, MonitorStateError, NonFiniteError
 from probes.runfolder.recorder import Sink
@@ -66,7 +72,7 @@ class StepScope:
         self.step = step  # 1-based number of this optimizer step
         self.sample: StepSample | None = None  # set when the step has ended
         self._values = StepValues()
-        self._stack = contextlib.ExitStack()
+        self._stack: contextlib.ExitStack | None = None  # made only for a hook's real context
         self._t0 = 0.0
 
     def set(self, *, loss: Any = None, grad_norm: Any = None, output: torch.Tensor | None = None,
@@ -87,10 +93,14 @@ class StepScope:
     def __enter__(self) -> StepScope:
         self._t0 = time.perf_counter()
         try:
-            for hook in self.monitor.hooks:
-                self._stack.enter_context(hook.step_context(self.step))
+            for hook in self.monitor.hooks:  # most steps no hook wraps: no ExitStack (#28)
+                cm = hook.step_context(self.step)
+                if type(cm) is not contextlib.nullcontext:
+                    self._stack = self._stack or contextlib.ExitStack()
+                    self._stack.enter_context(cm)
         except BaseException:
-            self._stack.close()
+            if self._stack is not None:
+                self._stack.close()
             raise
         self.monitor._step_began(self)
         return self
@@ -98,7 +108,8 @@ class StepScope:
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
         mon = self.monitor
         try:
-            self._stack.__exit__(exc_type, exc, tb)
+            if self._stack is not None:
+                self._stack.__exit__(exc_type, exc, tb)
         finally:
             mon._in_step = None
         if exc is not None:
@@ -349,8 +360,7 @@ class Monitor:
         step, v = scope.step, scope._values
         split = self.phases.end() if self.phases is not None else {}  # before the sync
         scale_t = self._scale_watch.scale_tensor()
-        synced = any(isinstance(x, torch.Tensor) and x.device.type != "cpu"
-                     for x in (v.loss, v.grad_norm, scale_t))
+        synced = on_device(v.loss) or on_device(v.grad_norm) or on_device(scale_t)
         loss, grad_norm, scale = read_step_values(v.loss, v.grad_norm, scale_t)
         step_s = max(time.perf_counter() - scope._t0, 1e-9)
         if self.non_finite == "fail" and not self._scale_watch.enabled:

@@ -78,6 +78,8 @@ class RunSession:
         self.device_name = ""
         self.device_total_bytes: int | None = None  # device memory (CUDA) or host RAM (CPU)
         self.memory_history = "off"  # CUDA allocation history: what run_started records
+        # fields a writer that hands its session to a Monitor adds to run_started (amp_reason)
+        self.run_started_extra: dict[str, Any] = {}
         self._handlers: dict[str, Callable[[int], object]] = {}
 
     @property
@@ -139,7 +141,7 @@ class RunSession:
             "nvml_error": nvml.error if nvml else None,
             "nvml_match": nvml.match if nvml else None,
             "mig": nvml.is_mig if nvml and nvml.available else None,
-            **fields, "pid": os.getpid(),
+            **self.run_started_extra, **fields, "pid": os.getpid(),
             "socket": server.path.name if server and not server.error else None,
             "socket_error": server.error if server else "not listening",
             "requests": self.capabilities(), "system": system_info(device)})
@@ -222,7 +224,9 @@ class RunSession:
             self._handlers[req.kind](step)
 
     def _write_report_async(self, step: int) -> None:
-        """report.md/json off the step path (it reads the whole metrics file)."""
+        """report.md/json off the step path (it reads the whole metrics file, so the rows
+        still waiting for their batch's flush go first)."""
+        self.recorder.flush()
 
         def write() -> None:
             from probes.analysis.report.build import write_report

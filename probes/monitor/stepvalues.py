@@ -34,11 +34,19 @@ def _as_float(value: Any) -> float | None:
     if value is None:
         return None
     if isinstance(value, torch.Tensor):
-        return float(value.detach().reshape(-1)[0]) if value.numel() else None
+        n = value.numel()
+        if n == 1:
+            return float(value.item())  # one dispatch (not detach, reshape, index: ~5 µs)
+        return float(value.detach().reshape(-1)[0]) if n else None
     try:
         return float(value)
     except (TypeError, ValueError):
         return None
+
+
+def on_device(value: Any) -> bool:
+    """Whether ``value`` is a tensor off the CPU (reading it waits for its device)."""
+    return isinstance(value, torch.Tensor) and value.device.type != "cpu"
 
 
 def read_step_values(*values: Any) -> list[float | None]:

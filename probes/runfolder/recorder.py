@@ -87,6 +87,13 @@ class RunRecorder:
         self.state.apply(record)
         self._to_sinks(record)
 
+    def flush(self) -> None:
+        """Put every row published so far into the file (rows are flushed in batches: a reader
+        in this process, such as a report written mid-run, calls this first)."""
+        writer = self._writer
+        if writer is not None:
+            writer.flush()
+
     def seal(self, reason: str, step: int, abandoned_step: int | None = None,
              timeout_s: float = 1.0) -> bool:
         """End the file from any thread: run_finished (unless written already), then no more
@@ -137,11 +144,13 @@ class RunRecorder:
 
     def _failed(self, exc: OSError, record: Record) -> None:
         writer, self._writer = self._writer, None  # stop writing; earlier rows are complete
+        saved = max(0, record.step - 1)
         if writer is not None:
+            saved = min(saved, writer.flushed_step)  # step rows are flushed in batches
             writer.close()
         self.write_failed = True
         reason = (f"cannot write {self.metrics_path}: {exc.strerror or exc}; training stopped, "
-                  f"rows up to step {max(0, record.step - 1)} are saved")
+                  f"rows up to step {saved} are saved")
         self._to_sinks(Event(R.METRICS_WRITE_FAILED, record.step, self.elapsed_s(),
                              {"reason": reason}, self.rank or 0))
         if self.on_write_failed is not None:

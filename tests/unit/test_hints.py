@@ -9,9 +9,9 @@ import torch
 from factories import in_thread, make_sample, metrics_rows
 
 from probes import records as R
+from probes.counters.host import cpu_flags
 from probes.instruments.hints import (
     cpu_bf16_problem,
-    cpu_flags,
     low_precision_share,
     step_hints,
     tensor_core_problem,

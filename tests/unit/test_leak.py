@@ -332,3 +332,25 @@ def test_headless_prints_the_alert_and_the_clear(tiny_config, leak):
     assert ("== leak_cleared at step" in text) is leak
     if leak:
         assert "host_heap grows" in text and "loss.item()" in text
+
+
+def test_on_cuda_the_host_heap_is_read_every_kth_step_only(tmp_path):
+    """issue 28: the device series every step, the host heap (a mallinfo2 walk) every
+    ``host_heap_every`` steps; the steps between are neither points nor gaps."""
+    import torch
+
+    from probes.instruments.hooks import StepTensors
+
+    watch = LeakWatch(host_heap_every=10)
+    watch.setup(run_context(tmp_path, device=torch.device("cuda", 0), amp="fp16",
+                            emit=lambda e: None, device_total_bytes=80 * 1024 * MIB,
+                            warmup_steps=0))
+    tensors = StepTensors(loss=None, output=None)
+    for step in range(1, 46):
+        watch.end_step(step, tensors, make_sample(step, step_ms=5.0, allocated_bytes=MIB,
+                                                  device="cuda:0", time_s=0.005 * step))
+    host, device = watch.detectors["host_heap"], watch.detectors["device_allocated"]
+    assert device._seen == 45
+    assert host._seen == 4 and [s for s, _v in host._points] == [10, 20, 30, 40]
+    with pytest.raises(ValueError, match="host_heap_every"):
+        LeakWatch(host_heap_every=0)

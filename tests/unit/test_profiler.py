@@ -224,3 +224,17 @@ def test_device_kernels_count_towards_the_op_that_launched_them():
     assert (kernel["calls"], kernel["self_cpu_us"], kernel["self_device_us"]) == (1, 0.0, 40.5)
     assert rows["cudaLaunchKernel"]["self_cpu_us"] == 5.0
     assert rows["[memory]"]["calls"] == 1 and rows["[memory]"]["cpu_memory_bytes"] == 64
+
+
+def test_a_finished_window_hands_the_freed_heap_back(tiny_config):
+    """issue 28: after the export, malloc_trim(0) on glibc (None where there is none); a
+    profiler kept for the caller keeps its buffers, so nothing is trimmed then."""
+    from probes.counters.memory import trim_heap
+
+    window = ProfilerWindow(0, 1, 1, at_steps=[2])
+    train(tiny_config(steps=6), window)
+    expected = (None,) if trim_heap() is None else (True, False)
+    assert len(window.trimmed) == 1 and window.trimmed[0] in expected
+    kept = ProfilerWindow(0, 1, 1, at_steps=[2], keep_profiler=True)
+    train(tiny_config(steps=6), kept)
+    assert kept.trimmed == []

@@ -34,7 +34,10 @@ def test_every_run_ends_with_a_report_consistent_with_metrics(finished_run):
     for section, keys in FIELDS.items():
         for key in keys:
             assert key in report[section], f"{section}.{key}"
-    assert report["mode"] == "train" and report["amp"] == "bf16"
+    from probes.counters.host import read_cpu_flags
+    from trainer.config import auto_amp
+
+    assert report["mode"] == "train" and report["amp"] == auto_amp("cpu", read_cpu_flags())[0]
     assert report["warmup_steps"] == TINY["warmup_steps"]
     assert report["complete"] is True and report["incomplete_reasons"] == []
     rule = report["measurement"]["sync_rule"]  # a CPU run: no device to wait for

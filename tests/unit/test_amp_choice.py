@@ -1,0 +1,65 @@
+"""--amp auto (issue 28): bf16 only on a CPU with native bf16, fp32 elsewhere, and why."""
+
+from __future__ import annotations
+
+from factories import in_thread
+
+from probes.counters.host import cpu_flags, read_cpu_flags
+from probes.runfolder import read_metrics
+from trainer.config import auto_amp
+from tui.format import amp_short_reason, header_text
+
+SAPPHIRE = {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"}
+EPYC_ZEN2 = {"avx2", "fma", "sse4_2"}  # no avx512 at all
+SKYLAKE_SP = {"avx2", "avx512f", "avx512bw"}  # avx512 but not its bf16 extension
+
+
+def test_auto_picks_bf16_only_where_it_is_native():
+    assert auto_amp("cpu", SAPPHIRE) == (
+        "bf16", "auto: native bf16; this CPU has amx_bf16, avx512_bf16")
+    mode, why = auto_amp("cpu", SKYLAKE_SP)
+    assert mode == "off" and why.startswith("auto: fp32, no native bf16;")
+    assert "has avx512f but neither avx512_bf16 nor amx_bf16" in why and "--amp bf16" in why
+    assert "has avx2 but" in auto_amp("cpu", EPYC_ZEN2)[1]
+    assert auto_amp("cpu", {"fp", "asimd", "bf16"})[0] == "bf16"  # aarch64's Features flag
+    mode, why = auto_amp("cpu", set())  # not Linux: flags unknown, no guess of native
+    assert mode == "off" and "cannot be read" in why
+    assert auto_amp("cuda", set())[0] == "fp16"
+    assert auto_amp("cuda", EPYC_ZEN2)[0] == "fp16"  # the host CPU does not matter on CUDA
+
+
+def test_flags_are_read_from_x86_and_aarch64_cpuinfo():
+    assert cpu_flags("processor\t: 0\nflags\t\t: fpu avx2 avx512_bf16\n") == {
+        "fpu", "avx2", "avx512_bf16"}
+    assert cpu_flags("processor\t: 0\nFeatures\t: fp asimd bf16\n") == {"fp", "asimd", "bf16"}
+    assert cpu_flags("model name: ?\n") == set()
+
+
+def test_the_header_says_why_only_for_an_auto_fp32():
+    _mode, why = auto_amp("cpu", SKYLAKE_SP)
+    assert amp_short_reason("off", why) == "auto: fp32, no native bf16"
+    assert amp_short_reason("off", "asked for: --amp off") is None
+    assert amp_short_reason("bf16", auto_amp("cpu", SAPPHIRE)[1]) is None
+    text = header_text(device_name="CPU", device_total=None, amp="off", batch=4, seq=16,
+                       params=1000, step=3, elapsed_s=1.0, state="running", width=200,
+                       amp_reason=why)
+    assert "amp off (auto: fp32, no native bf16)" in text
+
+
+def test_a_run_on_this_machine_records_its_choice_and_the_reason(tiny_config):
+    from probes.runfolder import create_run_dir
+    from trainer.loop import Trainer
+
+    flags = read_cpu_flags()
+    expected_mode, expected_why = auto_amp("cpu", flags)
+    cfg = tiny_config(steps=3)
+    forced = tiny_config(steps=3, amp="bf16")
+    for config, mode, why in ((cfg, expected_mode, expected_why),
+                              (forced, "bf16", "asked for: --amp bf16")):
+        run_dir = create_run_dir(config.run_dir)
+        trainer = Trainer(config, run_dir, freeze_gc=False, listen=False)
+        assert in_thread(trainer.run) == 0
+        steps, events, _bad = read_metrics(run_dir / "metrics.jsonl")
+        started = next(e for e in events if e["event"] == "run_started")
+        assert started["amp"] == mode and started["amp_reason"] == why
+        assert {s["amp"] for s in steps} == {mode}
