@@ -24,7 +24,8 @@ SKIP_RATIO = 0.10
 SPLIT_WINDOW = 8  # measured steps whose medians the step-split hints read (one step is noisy)
 INPUT_SHARE = 0.20  # data wait over this share of the whole cycle (wait + step): input-bound
 INPUT_MIN_MS = 1.0  # ... and at least this long (a tiny step's loop overhead is no loader)
-OPTIMIZER_SHARE = 0.30  # the optimizer's share of the step
+OPTIMIZER_SHARE = 0.30  # the optimizer's share of the step ...
+OPTIMIZER_MIN_MS = 2.0  # ... and at least this long (a tiny model's update is all overhead)
 IDLE_UTIL_PCT = 50.0  # NVML utilisation below this ...
 IDLE_STEP_MS = 10.0  # ... while the median step takes at least this long: the GPU idles
 
@@ -102,7 +103,8 @@ def split_hints(recent: Sequence[StepSample], optimizer_fast: bool) -> list[tupl
                                    f"({wait / (wait + step):.0%} of the cycle, median of "
                                    f"{len(recent)} steps)"))
     opt = _median(recent, "optimizer_ms")
-    if step and opt is not None and not optimizer_fast and opt / step > OPTIMIZER_SHARE:
+    if step and opt is not None and not optimizer_fast and opt >= OPTIMIZER_MIN_MS \
+            and opt / step > OPTIMIZER_SHARE:
         out.append(("optimizer_bound", f"optimizer {opt:.1f} ms of a {step:.1f} ms step "
                                        f"({opt / step:.0%}, median of {len(recent)} steps)"))
     util = _median(recent, "gpu_util_pct")
