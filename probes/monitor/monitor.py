@@ -228,7 +228,7 @@ class Monitor:
         session.start(amp=self._amp, params=sum(p.numel() for p in model.parameters()),
                       tokens_per_step=tokens_per_step, samples_per_step=samples_per_step,
                       flops_per_token=flops_per_token, world_size=env_world_size(),
-                      rank=self.rank)
+                      rank=self.rank, step_split=self.phases is not None)
         self.guard = MemoryGuard(max_memory_bytes, self.device.type, self.emit,
                                  self.control.stop)
         self.guard.check(0, self.memory.read())  # a limit already passed stops before step 1
