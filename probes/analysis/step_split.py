@@ -100,29 +100,32 @@ def why_no_split(rows: Sequence[Mapping[str, Any]]) -> dict[str, str]:
     return {name: WHY_NONE[name] for name, vals in values.items() if not vals}
 
 
-def phase_excess(rank_medians: Mapping[int, Mapping[str, float | None]], rank: int) \
-        -> tuple[str, float] | None:
-    """The phase in which ``rank`` loses most time against the median of the other ranks, and
-    by how many ms (the straggler line: "rank 1: +38 ms in data wait"); None without phases."""
-    others = [m for r, m in rank_medians.items() if r != rank]
-    mine = rank_medians.get(rank)
-    if not others or mine is None:
+def phase_excess(rank_medians: Mapping[int, Mapping[str, float | None]]) \
+        -> tuple[int, str, float] | None:
+    """The rank and phase that lose most time against the median of the other ranks, and by
+    how many ms (the straggler line: "rank 1: +38 ms in data wait"); None without two ranks'
+    phases. Under DistributedDataParallel the other ranks wait for a slow rank inside their
+    backward (the gradient all-reduce), so an excess in backward is only named when no other
+    phase has one: it is where a straggler's time shows up on the others, not its cause."""
+    found: list[tuple[float, int, str]] = []
+    for rank, mine in rank_medians.items():
+        others = [m for r, m in rank_medians.items() if r != rank]
+        for name in SPLIT_FIELDS:
+            theirs = [m[name] for m in others if m.get(name) is not None]
+            value = mine.get(name)
+            if value is not None and theirs:
+                found.append((value - percentile(theirs, 50), rank, name))  # type: ignore[operator]
+    if not found:
         return None
-    best: tuple[float, str] | None = None
-    for name in SPLIT_FIELDS:
-        theirs = [m[name] for m in others if m.get(name) is not None]
-        if mine.get(name) is None or not theirs:
-            continue
-        excess = mine[name] - percentile(theirs, 50)  # type: ignore[operator]
-        if best is None or excess > best[0]:
-            best = (excess, name)
-    return (best[1], best[0]) if best is not None else None
+    causes = [f for f in found if f[2] != "backward_ms" and f[0] > 0]
+    excess, rank, name = max(causes or found)
+    return rank, name, excess
 
 
-def excess_text(rank: int, excess: tuple[str, float] | None) -> str | None:
+def excess_text(excess: tuple[int, str, float] | None) -> str | None:
     if excess is None:
         return None
-    name, ms = excess
+    rank, name, ms = excess
     return f"rank {rank}: {ms:+.0f} ms in {SPLIT_LABELS[name]}"
 
 

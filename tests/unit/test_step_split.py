@@ -235,5 +235,8 @@ def test_stats_line_and_straggler_phase():
     medians = {0: {"data_wait_ms": 1.0, "forward_ms": 5.0}, 1: {"data_wait_ms": 39.0,
                                                                   "forward_ms": 5.5},
                2: {"data_wait_ms": 1.0, "forward_ms": 5.0}}
-    assert excess_text(1, phase_excess(medians, 1)) == "rank 1: +38 ms in data wait"
-    assert phase_excess({0: {}}, 0) is None
+    assert excess_text(phase_excess(medians)) == "rank 1: +38 ms in data wait"
+    ddp = {0: {"data_wait_ms": 1.0, "backward_ms": 45.0}, 1: {"data_wait_ms": 39.0,
+                                                              "backward_ms": 5.0}}
+    assert phase_excess(ddp)[:2] == (1, "data_wait_ms")  # rank 0 waits in backward for it
+    assert phase_excess({0: {}}) is None and excess_text(None) is None

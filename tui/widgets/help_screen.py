@@ -29,7 +29,7 @@ KEYS = (
     ("m", "CUDA: memory snapshot into the run folder for pytorch.org/memory_viz (state only "
           "unless --memory-history)"),
     ("o", "change the top-ops sort column"),
-    ("v", "chart / top ops / ledger (terminals under 100 columns)"),
+    ("v", "chart / top ops / ledger (under 100 columns); the step split (any width)"),
     ("?", "this help (esc closes)"),
     ("q", "stop at the next step boundary, write the report, quit"),
 )
