@@ -93,14 +93,15 @@ class PhaseClock:
             self._sums[:] = (0.0, 0.0, 0.0)
             self._seen[:] = (False, False, False)
 
-    def end(self) -> dict[str, float | int | None]:
+    def end(self, ended_s: float) -> dict[str, float | int | None]:
         """The step's fields: its phases (CUDA: those of the oldest step whose events are done)
-        and ``split_step``, the step they measured."""
+        and ``split_step``, the step they measured. ``ended_s``: the host clock's end of the
+        step, the one step_ms is measured to, so on CPU the parts add up to step_ms exactly."""
         step, self._step = self._step, None
         if step is None:
             return {}
         if self._pending is None:
-            return self._host_split(step, time.perf_counter())
+            return self._host_split(step, ended_s)
         marks, self._marks = self._marks, None
         assert marks is not None
         marks.end = self._mark()

@@ -358,11 +358,11 @@ class Monitor:
 
     def _step_ended(self, scope: StepScope) -> None:
         step, v = scope.step, scope._values
-        split = self.phases.end() if self.phases is not None else {}  # before the sync
         scale_t = self._scale_watch.scale_tensor()
         synced = on_device(v.loss) or on_device(v.grad_norm) or on_device(scale_t)
         loss, grad_norm, scale = read_step_values(v.loss, v.grad_norm, scale_t)
         step_s = max(time.perf_counter() - scope._t0, 1e-9)
+        split = self.phases.end(scope._t0 + step_s) if self.phases is not None else {}
         if self.non_finite == "fail" and not self._scale_watch.enabled:
             error = non_finite_error(step, self._amp, loss, grad_norm)
             if error is not None:
