@@ -42,7 +42,10 @@ from probes.instruments.phase_split import INTERVAL_PHASES, PendingSplits, StepM
 class PhaseClock:
     """Stamps each step's phase boundaries through hooks (see the module docstring)."""
 
-    def __init__(self, model: torch.nn.Module, optimizer: Any, device: torch.device) -> None:
+    def __init__(self, model: torch.nn.Module, optimizer: Any, device: torch.device, *,
+                 own_forward_hook: bool = True) -> None:
+        """``own_forward_hook=False``: the caller's own forward hook calls ``forward_ended``
+        (the Monitor's: one hook call less per forward)."""
         self.cuda = device.type == "cuda"
         self._mark: Callable[[], Any] = self._event_mark if self.cuda else time.perf_counter
         self._pending = PendingSplits() if self.cuda else None
@@ -57,10 +60,10 @@ class PhaseClock:
         self._fwd_end: Any = None  # the last forward's end: the next backward starts there
         self._opt_start: Any = None
         self._queued = False  # the backward's final callback is queued
-        self._handles: list[Any] = [
-            model.register_forward_pre_hook(self._forward_began),
-            model.register_forward_hook(self._forward_ended),
-        ]
+        self._handles: list[Any] = [model.register_forward_pre_hook(self._forward_began)]
+        if own_forward_hook:
+            self._handles.append(model.register_forward_hook(
+                lambda module, args, output: self.forward_ended()))
         params = [p for p in model.parameters() if p.requires_grad]
         for param in {id(p): p for p in params[:1] + params[-1:]}.values():
             register = getattr(param, "register_post_accumulate_grad_hook", None)
@@ -148,7 +151,8 @@ class PhaseClock:
         if self._step is not None and torch._C._current_graph_task_id() == -1:
             self._fwd_start = self._mark()  # not a recompute inside backward (checkpointing)
 
-    def _forward_ended(self, module: Any, args: Any, output: Any) -> None:
+    def forward_ended(self) -> None:
+        """The root model's forward returned (a forward hook)."""
         start = self._fwd_start
         if self._step is None or start is None:
             return

@@ -212,7 +212,8 @@ class Monitor:
                                    warmup_steps=warmup_steps, max_steps=max_steps,
                                    model_shape=model_shape, config=dict(config or {}))
         self._forward_hook = model.register_forward_hook(self._on_forward)
-        self.phases = PhaseClock(model, optimizer, device) if step_split else None
+        self.phases = PhaseClock(model, optimizer, device, own_forward_hook=False) \
+            if step_split else None
         for hook in self.hooks:
             hook.setup(self.ctx)
         if self.profiler is not None:
@@ -341,6 +342,8 @@ class Monitor:
         the sampled CPU peak, and see which autocast dtype the loop uses."""
         if self._in_step is None:
             return  # an evaluation pass between steps
+        if self.phases is not None:
+            self.phases.forward_ended()  # before memtop's own work here
         self._micro += 1
         self.memory.observe_peak()
         if self._amp == "auto":
