@@ -65,3 +65,8 @@ async def test_a_slow_loader_on_rank_1_is_named_with_its_phase(tmp_path):
         assert "straggler rank 1: +" in text and "ms in data wait" in text
         assert "split" in text and "wait" in text  # each rank's phase medians
         assert "slowest: rank 0" not in text or "waiting for rank 1" in text
+    from probes.analysis.report.build import write_report
+
+    md = write_report(run).read_text()
+    assert "Straggler (phase medians against the other ranks'): rank 1: +" in md
+    assert "## Where the step went" in md
