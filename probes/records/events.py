@@ -10,7 +10,7 @@ from typing import Any
 
 from probes.records.step import StepSample
 from probes.records.values import clean, finite_num, is_int, short_text
-from probes.tools.units import format_bytes, format_estimate
+from probes.tools.units import format_bytes, format_duration, format_estimate, format_steps
 
 
 @dataclass(frozen=True)
@@ -115,6 +115,7 @@ PROFILE_DONE = "profile_done"
 PROFILE_CANCELLED = "profile_cancelled"
 LEAK_SUSPECTED = "leak_suspected"
 LEAK_CLEARED = "leak_cleared"
+LEAK_FORECAST = "leak_forecast"
 LEAK_DEMO_STARTED = "leak_demo_started"
 LEAK_DEMO_STOPPED = "leak_demo_stopped"
 LEDGER = "ledger"
@@ -140,7 +141,9 @@ _LEAK_FIELDS: dict[str, Any] = {
     "counter": "str", "kind": "str", "bytes_per_step": "num", "growth_bytes_per_step": "num",
     "since_step": "int", "seconds_to_full": "num", "steps_to_full": "num",
     "capacity_bytes": "int", "hint": "str", "likely_cause": "str", "alert_step": "int",
-    "released_tensors": "int", "watched_bytes": "int", "limit_bytes": "int"}
+    "released_tensors": "int", "watched_bytes": "int", "limit_bytes": "int",
+    "fill_counter": "str", "limit_name": "str", "fill_bytes_per_step": "num",
+    "host_rss_bytes": "int", "alert_rss_bytes": "int"}
 
 
 def _started(d: Mapping[str, Any]) -> str:
@@ -202,9 +205,37 @@ def _baseline(d: Mapping[str, Any]) -> str:
 def _leak(d: Mapping[str, Any]) -> str:
     rate = format_bytes(d.get("bytes_per_step"))
     text = f"{d.get('counter')} grows {rate}/step since step {d.get('since_step')}"
+    fill = fill_text(d)
+    if fill:
+        text += f"; {fill}"
     if d.get("hint"):
         text += f"; {d['hint']}"
     return text
+
+
+_SHORT = {"host RSS": "RSS", "host RAM available": "RAM", "--max-memory": "the limit",
+          "device reserved": "reserved", "device used (driver)": "driver used",
+          "device total": "device"}
+
+
+def fill_text(d: Mapping[str, Any], short: bool = False) -> str | None:
+    """Time to full as one phrase, from a leak or guard event's forecast fields
+    (probes/counters/fill.py): what fills what, at which rate, in how long; None without one."""
+    steps, secs = finite_num(d.get("steps_to_full")), finite_num(d.get("seconds_to_full"))
+    if steps is None and secs is None:
+        return None
+    counter = d.get("fill_counter") or "memory"
+    limit = d.get("limit_name") or "the limit"
+    left = format_duration(secs) if secs is not None else f"~{format_steps(steps)} steps"
+    if short:  # one 80-column banner line
+        return f"{_SHORT.get(counter, counter)} fills {_SHORT.get(limit, limit)} in {left}"
+    if steps is not None and secs is not None:
+        left = f"~{format_steps(steps)} steps / {left}"
+    rate = finite_num(d.get("fill_bytes_per_step"))
+    room = finite_num(d.get("capacity_bytes"))
+    at = f" at +{format_bytes(rate)}/step" if rate is not None else ""
+    of = f" ({format_bytes(room)} left)" if room is not None else ""
+    return f"{counter} fills {limit}{of}{at} in {left}"
 
 
 def _profile_done(d: Mapping[str, Any]) -> str:
@@ -293,6 +324,9 @@ _KINDS = (
     EventKind(LEAK_CLEARED, "the grown counter is flat again", _LEAK_FIELDS,
               summary=lambda d: f"{d.get('counter')} flat since step {d.get('since_step')}",
               required=("counter", "since_step")),
+    EventKind(LEAK_FORECAST, "an open leak alert's time to full, recomputed every few seconds",
+              _LEAK_FIELDS, summary=lambda d: f"{d.get('counter')}: {fill_text(d) or 'n/a'}",
+              required=("counter",)),
     EventKind(LEAK_DEMO_STARTED, "the leak demo started keeping tensors", _LEAK_FIELDS,
               summary=lambda d: f"{d.get('kind')}: {d.get('hint', '')}",
               required=("kind",)),

@@ -94,10 +94,12 @@ def test_clock_duration_and_count():
 def test_leak_alert_line_says_rate_since_and_time_to_full():
     data = {"counter": "host_heap", "bytes_per_step": 150 * 1024, "since_step": 40,
             "window_steps": 20, "capacity_bytes": 16 * 1024**3, "steps_to_full": 110000,
-            "seconds_to_full": 5400.0, "hint": "log loss.item()"}
+            "seconds_to_full": 5400.0, "hint": "log loss.item()", "fill_counter": "host RSS",
+            "limit_name": "host RAM available", "fill_bytes_per_step": 150 * 1024}
     line = fp.leak_alert_line(data, 50)
     assert "host heap" in line and "150 KiB/step" in line and "since step 40" in line
     assert "16.0 GiB" in line and "1 h 30 min" in line and "~110k steps" in line
+    assert "host RSS fills host RAM available" in line  # what fills, not what leaks
     lines, hint = fp.leak_banner_text({"host_heap": data})
     assert hint == "log loss.item()" and lines == line
     compact = fp.leak_alert_line(data, 50, compact=True)

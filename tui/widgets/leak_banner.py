@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from tui.format_panels import COUNTER_LABELS, leak_banner_text
+from tui.format_panels import leak_banner_text, leak_cleared_text
 from tui.widgets.text_line import TextLine
 
 CLEARED_SHOW_S = 10.0  # how long "leak cleared" stays before the banner hides
@@ -40,14 +40,20 @@ class LeakBanner(TextLine):
         self._cleared_at = None
         self._render_alerts()
 
+    def forecast(self, step: int, data: dict[str, Any]) -> None:
+        """A recomputed time to full (``leak_forecast``): the ETA follows the rate."""
+        counter = str(data.get("counter", "?"))
+        if counter in self.alerts:
+            self.alerts[counter].update(data)
+            self._render_alerts()
+
     def cleared(self, step: int, data: dict[str, Any]) -> None:
         counter = str(data.get("counter", "?"))
         self.alerts.pop(counter, None)
         if self.alerts:
             self._render_alerts()
             return
-        label = COUNTER_LABELS.get(counter, counter)
-        self._show(f"LEAK CLEARED: {label} is flat again (step {step})", cleared=True)
+        self._show(leak_cleared_text(data, step), cleared=True)
         self._cleared_at = time.monotonic()
 
     def tick(self) -> None:
