@@ -169,13 +169,15 @@ PANES: tuple[PaneSpec, ...] = (
         cpu=OnDevice(
             "peak heap (sampled)", "peak (s)",
             "the largest heap-in-use value memtop saw, at the end of each step and after each "
-            "forward pass, since the reset after warmup. A sampled peak can miss a spike "
+            "forward pass, since the reset after warmup, leaving out the steps the profiler "
+            "traced (its buffers are not the model's). A sampled peak can miss a spike "
             "between two samples; CUDA keeps a true high-water mark, CPU does not."),
         cuda=OnDevice(
             "peak allocated", "peak",
             "the allocator's high-water mark, reset at the start of every step and read at its "
             "end (that step's peak is what an OOM runs into; --max-memory watches it and "
-            "reserved); the pane shows the largest step peak since warmup, the mark that "
+            "reserved); the pane shows the largest step peak since warmup, leaving out the "
+            "steps the profiler traced, the mark that "
             "decides whether a bigger batch fits. All three come from one memory_stats read "
             "per step."),
         value=lambda s: s.peak_allocated_bytes),

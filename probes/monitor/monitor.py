@@ -350,7 +350,7 @@ class Monitor:
             if error is not None:
                 raise error
         self._scale_watch.update(scale)
-        reading = self.memory.read()
+        reading = self.memory.read(count_peak=not self._tracing)  # records.counts_toward_peak
         if step == self.warmup_steps:
             self.memory.reset_peak()  # set-up and first-step allocations leave the run's peak
         sample = self.session.step_sample(

@@ -69,10 +69,12 @@ from probes.records.hints import (  # noqa: F401
 from probes.records.step import (  # noqa: F401
     DECODE,
     INFERENCE_FIELDS,
+    PEAK_RULE,
     PHASES,
     PREFILL,
     STEP_FIELDS,
     StepSample,
+    counts_toward_peak,
     step_row_problem,
 )
 from probes.records.values import (  # noqa: F401
@@ -89,6 +91,8 @@ __all__ = [
     "MonitorStateError",
     "NonFiniteError",
     "is_int",
+    "PEAK_RULE",
+    "counts_toward_peak",
     "finite_num",
     "has_type",
     "clean",

@@ -139,3 +139,15 @@ _STEP_FIELDS = _field_specs(StepSample)
 # name -> (kind, None allowed, may be negative): step_row_problem's rules, from the same specs
 _CHECKS = {name: (kind, optional, name in SIGNED_FIELDS)
            for name, (kind, optional, _default) in _STEP_FIELDS.items()}
+
+
+PEAK_RULE = ("peaks leave out the steps the profiler traced (its wait, warmup and active "
+             "steps), as step timing and the leak detector do: tracing's own buffers are not "
+             "the model's memory")
+
+
+def counts_toward_peak(row: StepSample | Mapping[str, Any]) -> bool:
+    """One rule for every peak memtop shows (the pane, headless, the report): a step the
+    profiler traced does not count (``PEAK_RULE``)."""
+    profiling = row.profiling if isinstance(row, StepSample) else row.get("profiling")
+    return not profiling
