@@ -179,9 +179,11 @@ def ledger_footer(data: dict[str, Any]) -> str:
     alive = data.get("tensors_at_snapshot_bytes")
     if alive is None:  # a run recorded before the ledger said it
         alive = data.get("total_measured_bytes")
-    return (f"tensors {format_bytes(alive)} · allocated "
-            f"{format_bytes(data.get('allocated_bytes'))} · reserved "
-            f"{format_bytes(data.get('reserved_bytes'))} · step {data.get('sampled_step', '?')}")
+    dev = str(data.get("device") or "cpu")
+    return (f"tensors {format_bytes(alive)} · {R.counter_name('allocated', dev)} "
+            f"{format_bytes(data.get('allocated_bytes'))} · {R.counter_name('reserved', dev)} "
+            f"{format_bytes(data.get('reserved_bytes'))} · step {data.get('sampled_step', '?')}, "
+            f"at {R.LEDGER_MOMENT} (panes: {R.PANE_MOMENT})")
 
 
 # ---- chart ----------------------------------------------------------------------------------

@@ -66,6 +66,13 @@ from probes.records.hints import (  # noqa: F401
     HINTS,
     HintKind,
 )
+from probes.records.names import (  # noqa: F401
+    CACHE_LINE,
+    COUNTER_NAMES,
+    LEDGER_MOMENT,
+    PANE_MOMENT,
+    counter_name,
+)
 from probes.records.step import (  # noqa: F401
     DECODE,
     INFERENCE_FIELDS,
@@ -92,6 +99,11 @@ __all__ = [
     "NonFiniteError",
     "is_int",
     "PEAK_RULE",
+    "CACHE_LINE",
+    "COUNTER_NAMES",
+    "LEDGER_MOMENT",
+    "PANE_MOMENT",
+    "counter_name",
     "counts_toward_peak",
     "finite_num",
     "has_type",

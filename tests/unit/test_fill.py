@@ -176,3 +176,22 @@ def test_a_real_leak_forecast_agrees_with_when_the_guard_stops_it(tiny_config):
     finish_run(trainer.run_dir, None)
     md = (trainer.run_dir / "report.md").read_text(encoding="utf-8")
     assert "after the leak alert" in md and "Time to full, recomputed" in md
+
+
+def test_one_name_per_counter_per_device_everywhere():
+    """The pane at every width, the headless line and the ledger say the same name
+    (probes/records/names.py); on CPU nothing says "allocator cache"."""
+    from factories import make_sample
+
+    from probes.records import CACHE_LINE, COUNTER_NAMES
+    from tui.headless import format_step_line
+    from tui.panes import pane_labels
+
+    for dev in ("cpu", "cuda"):
+        wide, narrow = pane_labels(dev), pane_labels(dev, short=True)
+        for pane, names in COUNTER_NAMES.items():
+            assert wide[pane] == narrow[pane] == names[dev] and len(names[dev]) <= 9
+    line = format_step_line(make_sample(4))
+    assert all(f"{names['cpu']} " in line for names in COUNTER_NAMES.values())
+    assert "alloc " not in line and "resv" not in line
+    assert CACHE_LINE["cpu"] != "allocator cache"

@@ -34,8 +34,9 @@ def test_format_value_units_and_na():
 
 def test_cpu_labels_are_honest_and_short_labels_fit_a_compact_pane():
     cpu = p.pane_labels("cpu")
-    assert cpu["allocated"] == "heap in use" and cpu["driver"] == "RSS"
-    assert "sampled" in cpu["peak"]
+    assert cpu["allocated"] == "heap used" and cpu["driver"] == "RSS"
+    assert cpu["peak"] == "heap peak"  # one name at every width; the help says it is sampled
+    assert "sampled peak" in p._BY_ID["peak"].on("cpu").help
     assert p.pane_labels("cuda")["driver"] == "NVML used"
     for label in p.pane_labels("cpu", short=True).values():
         # 18 content columns at 80x24, minus a value such as "12.3 MiB" and a space
@@ -161,6 +162,9 @@ def test_ledger_rows_and_footer():
     assert rows[1] == ("allocator cache", "2.0 KiB", "-", "reserved − allocated")
     footer = fp.ledger_footer(data)
     assert "step 7" in footer and "8.0 KiB" in footer
+    assert "heap used 4.0 KiB" in footer and "at end of forward (panes: end of step)" in footer
+    cuda = fp.ledger_footer(dict(data, device="cuda:0"))
+    assert "allocated 4.0 KiB" in cuda and "reserved 8.0 KiB" in cuda
     # named for what it sums (the tensor lines), not "total" of every line above it
     assert footer.startswith("tensors 1.0 KiB ·") and "total" not in footer
 

@@ -12,7 +12,7 @@ from probes.analysis.report.sections.profiles import op_time, window_label
 from probes.records import incomplete
 from probes.tools.units import format_bytes, format_duration, format_ms, format_pct, format_rate
 
-_NON_TENSOR = ("runtime heap at start", "other / temporaries", "allocator cache")
+_NON_TENSOR = ("runtime heap at start", "other / temporaries", *R.CACHE_LINE.values())
 
 
 def _ledger_sentences(led: dict[str, Any]) -> tuple[list[str], str | None]:
