@@ -211,3 +211,11 @@ def test_sparkline_bars_scale_min_to_max_and_fit_the_width():
     assert bar_levels([0.0, 1.0], 4) == [0, 0, 7, 7]
     assert bar_runs([0, 0, 7, 7, 7, 3]) == [(0, 2), (7, 3), (3, 1)]
     assert sum(n for _, n in bar_runs(bar_levels(list(range(100)), 26))) == 26
+
+
+def test_fit_lines_wraps_and_marks_what_it_cut():
+    text = "LEAK: host heap +152 KiB/step\ncause: " + "word " * 80
+    cut = f.fit_lines(text, 78, 4)
+    lines = cut.split("\n")
+    assert len(lines) == 4 and all(len(ln) <= 78 for ln in lines) and lines[-1].endswith("…")
+    assert f.fit_lines("short\ntext", 78, 4) == "short\ntext"  # nothing cut, no "…"
