@@ -181,3 +181,16 @@ def test_a_repeated_baseline_sets_the_run_to_run_noise_floor(tmp_path):
     assert not c["tokens_per_s"]["measurable"] and c["tokens_per_s"]["within_run_to_run_noise"]
     assert "A/A run-to-run noise" in c["tokens_per_s_verdict"]
     assert compare_runs([a, b])["run_to_run_noise"] is None
+
+
+def test_runs_and_compare_take_folders_of_runs_one_level_deeper(tmp_path, capsys):
+    """--run-dir runs/fp32 and runs/bf16 (README's compare recipe): `memtop runs runs` lists
+    both, `memtop compare runs/fp32 runs/bf16` compares their newest and says which it took."""
+    a = write_run(tmp_path / "runs" / "fp32" / "20260101-000000-aaaaaa")
+    b = write_run(tmp_path / "runs" / "bf16" / "20260101-000100-bbbbbb", amp="bf16")
+    assert main(["runs", str(tmp_path / "runs")]) == 0
+    out = capsys.readouterr().out
+    assert "fp32/20260101-000000-aaaaaa" in out and "bf16/20260101-000100-bbbbbb" in out
+    assert main(["compare", str(a.parent), str(b.parent), "--out", str(tmp_path)]) == 0
+    err = capsys.readouterr().err
+    assert f"comparing its newest, {a}" in err and f"comparing its newest, {b}" in err
