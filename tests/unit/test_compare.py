@@ -104,7 +104,7 @@ def test_refusals_are_one_line_and_exit_2(tmp_path, capsys):
     other = write_run(tmp_path / "other", dim=64)
     (tmp_path / "junk").mkdir()
     cases = [
-        ([str(a), str(tmp_path / "junk")], "is not a memtop run folder"),
+        ([str(a), str(tmp_path / "junk")], "is neither a memtop run folder nor a folder of runs"),
         ([str(a), str(tmp_path / "missing")], "does not exist"),
         ([str(a)], "at least two run folders"),
         ([str(a), str(other)], "train different models (dim 32 vs 64); pass --force"),
