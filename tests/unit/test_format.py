@@ -219,3 +219,16 @@ def test_fit_lines_wraps_and_marks_what_it_cut():
     lines = cut.split("\n")
     assert len(lines) == 4 and all(len(ln) <= 78 for ln in lines) and lines[-1].endswith("…")
     assert f.fit_lines("short\ntext", 78, 4) == "short\ntext"  # nothing cut, no "…"
+
+
+def test_sparkline_draws_sub_percent_jitter_flat_and_says_its_window():
+    from tui.charts import SPARK_FLAT_FRACTION, bar_levels, spark_rule
+
+    mib = 1024**2
+    jitter = [137 * mib + d for d in (0, 200_000, 400_000, 300_000, 600_000, 700_000)]
+    assert max(jitter) - min(jitter) < SPARK_FLAT_FRACTION * max(jitter)
+    assert bar_levels(jitter, 6) == [0] * 6  # the issue's ▁▃▄▄▆▇█ from sub-MiB noise
+    grow = [137 * mib + i * 4 * mib for i in range(6)]  # a real trend still rises
+    assert bar_levels(grow, 6)[-1] == 7 and bar_levels(grow, 6)[0] == 0
+    rule = spark_rule(512)
+    assert "last 512 steps" in rule and "1%" in rule

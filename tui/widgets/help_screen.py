@@ -17,7 +17,9 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from probes.records import HINTS
+from tui.charts import spark_rule
 from tui.panes import PANES
+from tui.widgets.metric_pane import HISTORY
 
 KEYS = (
     ("p", "profiler window (wait, warmup, active steps), then the top-ops table; "
@@ -47,6 +49,7 @@ def help_markup(device_type: str, counters: str | None) -> str:
     if counters:
         paragraphs.append("counters read from: " + escape(counters))
     paragraphs += counter_paragraphs(device_type)
+    paragraphs.append(spark_rule(HISTORY))
     paragraphs += WARNINGS
     paragraphs.append(hints_text(device_type))
     return "\n\n".join(paragraphs)
