@@ -232,3 +232,17 @@ def test_sparkline_draws_sub_percent_jitter_flat_and_says_its_window():
     assert bar_levels(grow, 6)[-1] == 7 and bar_levels(grow, 6)[0] == 0
     rule = spark_rule(512)
     assert "last 512 steps" in rule and "1%" in rule
+
+
+def test_key_roles_offer_only_keys_that_do_something():
+    from tui.key_roles import ENDED, TRAIN, VIEW, action_shown, keys_for
+    from tui.widgets.help_screen import KEYS
+
+    def keys(role):
+        return dict(keys_for(KEYS, role))
+
+    assert "x" not in keys(TRAIN) and not action_shown("stop_run", TRAIN)
+    assert "goes on" in keys(VIEW)["q"] and "x" in keys(VIEW) and action_shown("stop_run", VIEW)
+    ended = keys(ENDED)
+    assert not {"p", "l", "space", "x"} & set(ended) and "ended" in ended["q"]
+    assert not action_shown("profile", ENDED) and action_shown("report", ENDED)
