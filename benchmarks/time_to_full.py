@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import statistics
 import subprocess
 import sys
@@ -68,13 +69,21 @@ def main() -> int:
                "--steps", "0", "--log-every", "1000", "--leak", args.leak, "--leak-at", "10",
                "--max-memory", args.max_memory]
         started = time.monotonic()
-        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True,
-                              timeout=args.timeout_s)
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+        try:
+            out, _ = proc.communicate(timeout=args.timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGINT)  # memtop stops at a step boundary, keeps its rows
+            out, _ = proc.communicate(timeout=60)
         wall = time.monotonic() - started
         (metrics,) = Path(tmp).glob("*/metrics.jsonl")
-        rows, guard = errors(read_events(metrics), args.min_left_s)
+        events = read_events(metrics)
+        rows, guard = errors(events, args.min_left_s)
     if guard is None:
-        print(f"no memory_guard event (exit {proc.returncode}):\n{proc.stdout[-2000:]}")
+        last = [e for e in events if e["event"] == "leak_forecast"][-1:]
+        print(f"no memory_guard event in {wall:.0f} s (exit {proc.returncode}); last "
+              f"forecast: {last}\n{out[-1500:]}")
         return 1
     rel = [abs(eta - left) / left for _, eta, left in rows]
     within = sum(r <= TARGET for r in rel)
