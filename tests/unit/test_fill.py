@@ -195,3 +195,32 @@ def test_one_name_per_counter_per_device_everywhere():
     assert all(f"{names['cpu']} " in line for names in COUNTER_NAMES.values())
     assert "alloc " not in line and "resv" not in line
     assert CACHE_LINE["cpu"] != "allocator cache"
+
+
+def test_the_paused_event_says_who_paused(tiny_config):
+    """Headless printed "paused at step N by ?": the event now carries the request's source."""
+    import threading
+
+    from factories import RecordSink
+
+    from probes.control.requests import Request, RunControl
+    from probes.runfolder import create_run_dir
+    from trainer.loop import Trainer
+
+    control = RunControl()
+    sink = RecordSink()
+    paused = threading.Event()
+
+    def on_record(record) -> None:
+        if getattr(record, "event", None) == R.PAUSED:
+            paused.set()
+            control.resume()
+
+    control.submit(Request("pause", at_step=3, source="viewer pid 42"))
+    cfg = tiny_config(steps=5)
+    trainer = Trainer(cfg, create_run_dir(cfg.run_dir), control=control,
+                      sinks=[sink, on_record], listen=False)
+    trainer.start()
+    assert trainer.join(120) and paused.is_set()
+    (event,) = sink.named(R.PAUSED)
+    assert event.data["source"] == "viewer pid 42" and "by viewer pid 42" in event.summary()
