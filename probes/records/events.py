@@ -8,9 +8,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from probes.records.forecast import fill_text
 from probes.records.step import StepSample
 from probes.records.values import clean, finite_num, is_int, short_text
-from probes.tools.units import format_bytes, format_duration, format_estimate, format_steps
+from probes.tools.units import format_bytes, format_estimate
 
 
 @dataclass(frozen=True)
@@ -211,31 +212,6 @@ def _leak(d: Mapping[str, Any]) -> str:
     if d.get("hint"):
         text += f"; {d['hint']}"
     return text
-
-
-_SHORT = {"host RSS": "RSS", "host RAM available": "RAM", "--max-memory": "the limit",
-          "device reserved": "reserved", "device used (driver)": "driver used",
-          "device total": "device"}
-
-
-def fill_text(d: Mapping[str, Any], short: bool = False) -> str | None:
-    """Time to full as one phrase, from a leak or guard event's forecast fields
-    (probes/counters/fill.py): what fills what, at which rate, in how long; None without one."""
-    steps, secs = finite_num(d.get("steps_to_full")), finite_num(d.get("seconds_to_full"))
-    if steps is None and secs is None:
-        return None
-    counter = d.get("fill_counter") or "memory"
-    limit = d.get("limit_name") or "the limit"
-    left = format_duration(secs) if secs is not None else f"~{format_steps(steps)} steps"
-    if short:  # one 80-column banner line
-        return f"{_SHORT.get(counter, counter)} fills {_SHORT.get(limit, limit)} in {left}"
-    if steps is not None and secs is not None:
-        left = f"~{format_steps(steps)} steps / {left}"
-    rate = finite_num(d.get("fill_bytes_per_step"))
-    room = finite_num(d.get("capacity_bytes"))
-    at = f" at +{format_bytes(rate)}/step" if rate is not None else ""
-    of = f" ({format_bytes(room)} left)" if room is not None else ""
-    return f"{counter} fills {limit}{of}{at} in {left}"
 
 
 def _profile_done(d: Mapping[str, Any]) -> str:
