@@ -22,10 +22,12 @@ def format_step_line(s: StepSample) -> str:
     """One compact human line for a step (pure; tested without a run)."""
     scale = "-" if s.scale is None else f"{s.scale:.0f}"
     loss = "n/a" if s.loss is None else ("nan" if s.loss != s.loss else f"{s.loss:.4f}")
+    dev = s.device
+    memory = "  ".join(f"{R.counter_name(pane, dev)} {format_bytes(value)}" for pane, value in (
+        ("allocated", s.allocated_bytes), ("reserved", s.reserved_bytes),
+        ("peak", s.peak_allocated_bytes), ("driver", s.driver_used_bytes)))
     return (f"step {s.step:>6}  loss {loss}  {throughput_text(s)}  "
-            f"{s.step_ms:7.1f} ms  alloc {format_bytes(s.allocated_bytes)}  "
-            f"resv {format_bytes(s.reserved_bytes)}  peak {format_bytes(s.peak_allocated_bytes)}  "
-            f"driver {format_bytes(s.driver_used_bytes)}  scale {scale}  skipped {s.skipped_steps}"
+            f"{s.step_ms:7.1f} ms  {memory}  scale {scale}  skipped {s.skipped_steps}"
             + ("  [profiling]" if s.profiling else "") + ("  [leak demo]" if s.leak_active else ""))
 
 

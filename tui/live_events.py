@@ -53,6 +53,9 @@ class LiveEvents:
             self._alert_panes[counter] = pane
             self.panes[pane].set_class(True, "-alert")
 
+    def _leak_forecast(self: Any, event: Event) -> None:
+        self.leak_banner.forecast(event.step, event.data)
+
     def _leak_cleared(self: Any, event: Event) -> None:
         self.leak_banner.cleared(event.step, event.data)
         pane = self._alert_panes.pop(str(event.data.get("counter")), None)
@@ -122,6 +125,7 @@ LIVE_EVENTS: dict[str, Callable[[Any, Event], None]] = {
     R.ADMISSION: LiveEvents._admission,
     R.LEAK_SUSPECTED: LiveEvents._leak_suspected,
     R.LEAK_CLEARED: LiveEvents._leak_cleared,
+    R.LEAK_FORECAST: LiveEvents._leak_forecast,
     R.PROFILE_STARTED: LiveEvents._profile_started,
     R.PROFILE_CANCELLED: LiveEvents._profile_cancelled,
     R.PROFILE_DONE: LiveEvents._profile_done,

@@ -21,14 +21,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="a folder of runs (default: %(default)s)")
 
 
-def format_row(s: RunSummary) -> str:
-    """One run's line, under HEADER's columns."""
+def format_row(s: RunSummary, name: str | None = None) -> str:
+    """One run's line, under HEADER's columns; ``name`` for a run one folder deeper
+    (fp32/<id>)."""
     from probes.analysis.runlist import started_text
     from probes.tools.units import format_bytes, format_rate
 
     rate = f"{format_rate(s.throughput)} {s.throughput_unit}" if s.throughput else "n/a"
     device = (s.device or "n/a") + (f" x{s.ranks}" if s.ranks > 1 else "")
-    return (f"{s.run_dir.name:<24} {s.outcome:<11} {s.steps:>7} {device:<8} "
+    return (f"{name or s.run_dir.name:<24} {s.outcome:<11} {s.steps:>7} {device:<8} "
             f"{s.amp or 'n/a':<4} {started_text(s.started_at):<16} {rate:>13} "
             f"{format_bytes(s.peak_bytes):>9}")
 
@@ -54,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     print(HEADER)
     for path in runs:
         summary = summarize_run(path)
-        line = format_row(summary)
+        line = format_row(summary, str(path.relative_to(root)) if path != root else None)
         if summary.reason and summary.outcome in ("failed", "stopped", "interrupted"):
             line += f"  {summary.reason}"
         print(line)
