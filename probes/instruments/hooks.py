@@ -51,6 +51,7 @@ class RunContext:
     config: Mapping[str, Any] = field(default_factory=dict)  # config.json's content
     rank: int | None = None  # under torchrun: this process's rank
     urgent: Callable[[], bool] = lambda: False  # the run is ending in a hurry (close(): no waits)
+    offer: Callable[[str, Callable[[int], object]], None] | None = None  # act on a request kind
 
 
 @dataclass
