@@ -125,7 +125,7 @@ def test_walk_names_a_closure_and_an_attribute():
     counts = find_holders([a, b], holder_names(None, None))
     labels = " | ".join(name for name, _ in counts)
     assert "`kept`" in labels  # a local of this test function (found on the stack)
-    assert "`Box.t`" in labels or "`box`" in labels
+    assert "attribute `t` of " in labels or "`box`" in labels
 
 
 def test_census_counts_new_tensors_by_group():

@@ -10,6 +10,7 @@ at other times the hook does nothing but read a dict's length at the end of each
 from __future__ import annotations
 
 import time
+import gc
 from typing import Any
 
 from probes import records as R
@@ -41,6 +42,7 @@ class CulpritFinder(StepHook):
         self._host = HostWindow()
         self._first_s = 0.0
         self._guess: str | None = None
+        self.refrozen = 0  # objects gc.freeze() had frozen at the last walk
 
     def setup(self, ctx: RunContext) -> None:
         super().setup(ctx)
@@ -105,6 +107,7 @@ class CulpritFinder(StepHook):
         gc_off = gc_is_off()
         if gc_off:
             culprits += self._unreachable()
+        self.refrozen = 0
         culprits += self._tensors(first, second, steps)
         culprits += [{"kind": "host", "holder": "", "where": line.where, "bytes": line.bytes,
                       "bytes_per_step": line.bytes / steps, "count": line.blocks,
@@ -119,6 +122,10 @@ class CulpritFinder(StepHook):
             "culprits": (named + unnamed)[:MAX_CULPRITS]}
         if not data["culprits"] and self._guess:
             data["guess"] = self._guess
+        if self.refrozen:
+            data["note"] = (f"gc.freeze() was in effect: {self.refrozen} frozen objects were "
+                            "unfrozen for the walk and frozen again, with the objects born "
+                            "since")
         if gc_off:
             data["note"] = ("gc is off: its garbage was counted by one collection that freed "
                             "nothing (gc.DEBUG_SAVEALL); weak references to it were cleared")
@@ -159,9 +166,17 @@ class CulpritFinder(StepHook):
         names = holder_names(self.ctx.model, self.ctx.optimizer)
         ignore = {id(second.samples), *(id(v) for v in second.samples.values())}
         out = []
+        self.refrozen = gc.get_freeze_count()  # gc.freeze() hides holders from the walk
+        if self.refrozen:
+            gc.unfreeze()
+        try:
+            holders_by_group = {key: find_holders(second.samples[key], names, ignore=ignore)
+                                for key in grown if second.samples.get(key)}
+        finally:
+            if self.refrozen:
+                gc.freeze()  # frozen again: with what was born since the user's freeze
         for key, n in sorted(grown.items(), key=lambda kv: -second.bytes_by_group[kv[0]]):
-            samples = second.samples.get(key, [])
-            holders = find_holders(samples, names, ignore=ignore) if samples else None
+            holders = holders_by_group.get(key)
             (holder, container), _ = (holders.most_common(1)[0] if holders
                                       else (("", ""), 0))
             count = len(second.ids[key])

@@ -13,6 +13,8 @@ and the depth is bounded: the walk costs a few heap scans, whatever the heap hol
 from __future__ import annotations
 
 import gc
+import linecache
+import re
 import sys
 import types
 from collections import Counter
@@ -37,10 +39,10 @@ def holder_names(model: torch.nn.Module | None, optimizer: Any) -> dict[int, str
         file = getattr(mod, "__file__", None)
         if not file or not is_user_file(file):
             continue
-        label = short_path(file) if mod.__name__ == "__main__" else mod.__name__
+        lines = linecache.getlines(file)
         for name, value in list(vars(mod).items()):
             if not name.startswith("__") and not isinstance(value, _SKIP_TYPES):
-                names.setdefault(id(value), f"global `{name}` of {label}")
+                names.setdefault(id(value), f"`{name}` ({assigned_at(lines, name, file)})")
     frame = sys._getframe(1)
     while frame is not None:  # the training thread's stack: the loop's own locals
         code = frame.f_code
@@ -48,8 +50,8 @@ def holder_names(model: torch.nn.Module | None, optimizer: Any) -> dict[int, str
             fn = f"{code.co_qualname}()" if code.co_name != "<module>" else "the script"
             for name, value in frame.f_locals.items():
                 if not isinstance(value, _SKIP_TYPES):
-                    names.setdefault(id(value), f"local `{name}` of {fn} "
-                                                f"({where(code.co_filename, frame.f_lineno)})")
+                    names.setdefault(id(value), f"`{name}` (a local of {fn}, "
+                                                f"{where(code.co_filename, frame.f_lineno)})")
         frame = frame.f_back
     if model is not None:
         for mod_name, module in model.named_modules(prefix="model"):
@@ -71,6 +73,24 @@ def holder_names(model: torch.nn.Module | None, optimizer: Any) -> dict[int, str
     return names
 
 
+def assigned_at(lines: list[str], name: str, file: str) -> str:
+    """"train.py:42, a global": the first top-level line that binds ``name``."""
+    pattern = re.compile(rf"^{re.escape(name)}\s*(:|=[^=])")
+    line = next((i for i, text in enumerate(lines, 1) if pattern.match(text)), None)
+    return f"{where(file, line)}, a global" if line else f"a global of {short_path(file)}"
+
+
+def class_label(cls: type) -> str:
+    """"LeakInjector (trainer/leaks.py:24)": a class with where it is defined."""
+    file = getattr(sys.modules.get(cls.__module__), "__file__", None)
+    if not file:
+        return cls.__qualname__
+    pattern = re.compile(rf"^\s*class\s+{re.escape(cls.__name__)}\b")
+    line = next((i for i, text in enumerate(linecache.getlines(file), 1)
+                 if pattern.match(text)), None)
+    return f"{cls.__qualname__} ({where(file, line) if line else short_path(file)})"
+
+
 def function_label(fn: Any) -> str:
     """"`keep_output` (train.py:40)" for a function (or a callable object's class)."""
     code = getattr(fn, "__code__", None) or getattr(getattr(fn, "__func__", None), "__code__",
@@ -80,15 +100,20 @@ def function_label(fn: Any) -> str:
     return f"`{code.co_qualname}` ({where(code.co_filename, code.co_firstlineno)})"
 
 
-def _attribute_of(owner: Any, child_ids: set[int]) -> str | None:
+def _attribute_of(owner: Any, child_ids: set[int], keys: dict[int, str]) -> str | None:
+    """The attribute of ``owner`` that holds a child: read in its ``__dict__``, or the key
+    the walk found in that dict when the dict itself was the child (a materialized one)."""
     try:
-        items = vars(owner).items()
+        attrs = vars(owner)
     except TypeError:
         return None
-    return next((k for k, v in items if id(v) in child_ids), None)
+    if id(attrs) in child_ids:
+        return keys.get(id(attrs))
+    return next((k for k, v in list(attrs.items()) if id(v) in child_ids), None)
 
 
-def _named_here(r: Any, child_ids: set[int], names: dict[int, str]) -> str | None:
+def _named_here(r: Any, child_ids: set[int], names: dict[int, str],
+                keys: dict[int, str]) -> str | None:
     """The name of a referrer that ends the walk, if it has one."""
     if id(r) in names:
         return names[id(r)]
@@ -97,9 +122,9 @@ def _named_here(r: Any, child_ids: set[int], names: dict[int, str]) -> str | Non
     if isinstance(r, types.CellType) or isinstance(r, CONTAINERS):
         return None
     cls = type(r)
-    attr = _attribute_of(r, child_ids)
+    attr = _attribute_of(r, child_ids, keys)
     if attr is not None:
-        return f"`{cls.__qualname__}.{attr}` (an attribute)"
+        return f"attribute `{attr}` of {class_label(cls)}"
     return None
 
 
@@ -112,6 +137,7 @@ def find_holders(samples: Iterable[torch.Tensor], names: dict[int, str], *, dept
     origin: dict[int, set[int]] = {id(t): {id(t)} for t in targets}  # node -> samples in it
     nearest: dict[int, str] = {}  # sample id -> type of its nearest container
     found: dict[int, str] = {}
+    keys: dict[int, str] = {}  # id of a dict met on the way -> the key that led to it
     frontier = {id(t): t for t in targets}
     ignored.add(id(frontier))
     for _ in range(depth):
@@ -132,7 +158,11 @@ def find_holders(samples: Iterable[torch.Tensor], names: dict[int, str], *, dept
             for s in sources:
                 if isinstance(r, CONTAINERS):
                     nearest.setdefault(s, type(r).__name__)
-            name = _named_here(r, child_ids, names)
+            if isinstance(r, dict):  # maybe an object's __dict__: remember which key
+                key = next((k for k, v in list(r.items()) if id(v) in child_ids), None)
+                if isinstance(key, str):
+                    keys[id(r)] = key
+            name = _named_here(r, child_ids, names, keys)
             if name is not None:
                 for s in sources:
                     found[s] = name
