@@ -9,8 +9,8 @@ at other times the hook does nothing but read a dict's length at the end of each
 
 from __future__ import annotations
 
-import time
 import gc
+import time
 from typing import Any
 
 from probes import records as R
