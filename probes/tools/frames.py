@@ -26,6 +26,20 @@ def is_user_file(filename: str) -> bool:
     return not real.startswith(_LIBRARY_DIRS) and not path.startswith(_LIBRARY_DIRS)
 
 
+_LIBRARY_MARKS = ("site-packages", "dist-packages", "/lib/python3", "\\lib\\", "/torch/",
+                  "\\torch\\")
+
+
+def is_user_path(filename: str) -> bool:
+    """Like ``is_user_file`` for a path recorded on another machine (a snapshot's frames, a
+    Windows path): judged by its text alone."""
+    if not filename or filename.startswith("<"):
+        return False
+    low = filename.replace("\\", "/").lower()
+    return not any(mark.replace("\\", "/") in low for mark in _LIBRARY_MARKS) \
+        and "/probes/" not in low and "/tui/" not in low
+
+
 def short_path(filename: str) -> str:
     """A file's name as a user reads it: relative to the working directory when under it."""
     try:
