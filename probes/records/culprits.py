@@ -34,7 +34,8 @@ def _per_step(value: Any) -> str:
 def culprit_line(c: Mapping[str, Any]) -> str:
     """One culprit as a sentence: who, what, how fast, the fix."""
     kind = c.get("kind")
-    fix = c.get("fix") or FIXES.get(str(kind), "")
+    graph = kind == "tensors" and "grad_fn=" in str(c.get("what"))
+    fix = c.get("fix") or FIXES.get("graph" if graph else str(kind), "")
     tail = f" — {fix}" if fix else ""
     if kind == "hooks":
         return (f"hooks pile up: {c.get('holder')} has {c.get('count')} {c.get('what')} "

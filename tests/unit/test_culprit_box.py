@@ -1,0 +1,57 @@
+"""The culprit finder on the dashboard: `w` on a real (tiny) trainer running its leak demo
+names the demo's list in the culprit box; the box's text on its own; the event's sentence."""
+
+from __future__ import annotations
+
+import pytest
+from factories import event_names, wait_for
+
+from probes.records import Event
+from tui.widgets.culprit_box import MAX_LINES, culprit_box_text
+
+TENSORS = {"kind": "tensors", "holder": "`losses` (train.py:42, a global)", "container": "list",
+           "what": "scalar float32 on cpu, grad_fn=AddBackward0", "count": 12,
+           "count_per_step": 1.0, "bytes": 48, "bytes_per_step": 4.0}
+
+
+def test_event_sentence_names_holder_rate_and_fix():
+    event = Event("leak_culprit", 20, 1.0, {"steps": 3, "culprits": [TENSORS]})
+    assert event.summary() == (
+        "holder: list `losses` (train.py:42, a global) keeps 12 tensors (+1/step, 48 B) of "
+        "scalar float32 on cpu, grad_fn=AddBackward0 — keep loss.item() (or .detach()), not "
+        "the tensor with its graph")
+
+
+def test_event_without_culprits_says_so_and_gives_the_guess_as_a_guess():
+    event = Event("leak_culprit", 20, 1.0, {"steps": 3, "culprits": [],
+                                            "guess": "a retained graph, likely"})
+    assert event.summary().startswith("nothing named over 3 steps")
+    assert "a guess from the rate: a retained graph, likely" in event.summary()
+    assert Event("leak_culprit", 1, 0.0, {}).summary() == \
+        "incomplete event (no culprits, steps)"
+
+
+def test_box_text_lists_culprits_up_to_its_height():
+    data = {"steps": 3, "look_s": 0.25, "culprits": [TENSORS] * (MAX_LINES + 2)}
+    lines = culprit_box_text(20, data).splitlines()
+    assert lines[0] == "WHO HOLDS MEMORY (step 20 over 3 steps, look 0.25 s; w looks again)"
+    assert len(lines) == MAX_LINES + 2 and lines[-1] == "... 2 more in the report"
+
+
+@pytest.mark.slow
+async def test_w_names_the_leak_demo_list_on_a_real_trainer(make_app):
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: app.trainer.status.step >= 3, "the first steps")
+        assert app.can("who_holds")
+        await pilot.press("l")
+        await wait_for(pilot, lambda: "leak_demo_started" in event_names(app.run_dir),
+                       "the leak demo")
+        await pilot.press("w")
+        await wait_for(pilot, lambda: "leak_culprit" in event_names(app.run_dir),
+                       "the finder's answer")
+        await wait_for(pilot, lambda: "LeakInjector" in app.culprit_box.text, "the box")
+        assert "attribute `kept` of LeakInjector (trainer/leaks.py:" in app.culprit_box.text
+        assert "grad_fn=" in app.culprit_box.text
+        await pilot.press("q")
+        await wait_for(pilot, lambda: app.return_code is not None, "the app to exit")
