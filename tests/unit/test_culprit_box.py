@@ -55,3 +55,30 @@ async def test_w_names_the_leak_demo_list_on_a_real_trainer(make_app):
         assert "grad_fn=" in app.culprit_box.text
         await pilot.press("q")
         await wait_for(pilot, lambda: app.return_code is not None, "the app to exit")
+
+
+def test_report_section_lists_each_answer_and_reads_a_bad_row_as_incomplete(tmp_path):
+    import json
+
+    from factories import TINY
+
+    from probes.analysis.report import write_report
+
+    rows = [{"event": "run_started", "step": 0, "time_s": 0.0, "device": "cpu", "amp": "off"},
+            {"step": 1, "time_s": 0.1, "step_ms": 100.0, "loss": 1.0},
+            {"event": "leak_culprit", "step": 1, "time_s": 0.2, "trigger": "leak_suspected",
+             "steps": 3, "look_s": 0.5, "objects_scanned": 1234, "culprits": [TENSORS]},
+            {"event": "leak_culprit", "step": 1, "time_s": 0.3, "trigger": "request",
+             "steps": "three", "culprits": [TENSORS]},
+            {"event": "run_finished", "step": 1, "time_s": 0.4, "reason": "finished"}]
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps(TINY))
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    md = write_report(run).read_text()
+    report = json.loads((run / "report.json").read_text())
+    assert [e["trigger"] for e in report["culprits"]] == ["leak_suspected", "request"]
+    part = md[md.index("## Who holds the memory"):]
+    assert "### Step 1, at the leak alert: over 3 steps, looks took 0.50 s, 1,234 objects" in part
+    assert "- holder: list `losses` (train.py:42, a global) keeps 12 tensors" in part
+    assert "incomplete event (no steps)" in part  # "three" is not an int: dropped on reading
