@@ -47,9 +47,9 @@ class CulpritFinder(StepHook):
     def setup(self, ctx: RunContext) -> None:
         super().setup(ctx)
         if ctx.offer is not None:
-            ctx.offer("who_holds", self.request)
+            ctx.offer("who_holds", self.look_on_request)
 
-    def request(self, step: int) -> None:
+    def look_on_request(self, step: int) -> None:
         """``who_holds`` at the boundary before ``step``: the first look, now."""
         if self.first is None:
             self.look_first(step - 1, "request")
