@@ -61,12 +61,12 @@ def keep_output(module: nn.Module, inputs: object, output: torch.Tensor) -> None
 
 
 def train(loop: str, steps: int = 60, run_dir: str | Path = "runs", batch: int = 128,
-          **monitor_options: object) -> Path:
+          device: str = "cpu", **monitor_options: object) -> Path:
     """One run of ``loop``; returns its run folder."""
     if loop not in LOOPS:
         raise ValueError(f"unknown loop {loop!r}; use one of {', '.join(LOOPS)}")
     torch.manual_seed(0)
-    model = Net(depth=96 if loop == "graph" else 0)  # a kept loss keeps its graph's nodes
+    model = Net(depth=96 if loop == "graph" else 0).to(device)  # a kept loss: its graph
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     gc_was_on = gc.isenabled()
     for kept in (losses, kept_outputs, hook_outputs, kept_bytes):
@@ -80,7 +80,7 @@ def train(loop: str, steps: int = 60, run_dir: str | Path = "runs", batch: int =
         try:
             for step in range(1, steps + 1):
                 with mon.step() as s:
-                    x = torch.randn(batch, 256)
+                    x = torch.randn(batch, 256, device=device)
                     if loop == "hook":
                         model.fc2.register_forward_hook(keep_output)  # the leak: every step
                     out = model(x)
@@ -123,11 +123,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--loop", choices=LOOPS, default="graph")
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--run-dir", default="runs")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args(argv)
     if args.steps < 1:
         print("--steps must be at least 1", file=sys.stderr)
         return 2
-    print(train(args.loop, args.steps, args.run_dir))
+    print(train(args.loop, args.steps, args.run_dir, device=args.device))
     return 0
 
 

@@ -15,7 +15,7 @@ CULPRIT_FIELDS: dict[str, Any] = {
 LEAK_CULPRIT_FIELDS: dict[str, Any] = {
     "trigger": "str", "first_step": "int", "steps": "int", "look_s": "num",
     "objects_scanned": "int", "gc_enabled": "bool", "guess": "str", "note": "str",
-    "error": "str",
+    "error": "str", "cuda_history_s": "num",
     "culprits": [CULPRIT_FIELDS]}
 
 FIXES = {
@@ -23,6 +23,7 @@ FIXES = {
     "tensors": "keep .item() / .cpu() copies, or stop keeping them",
     "hooks": "register the hook once (or keep its handle and call .remove())",
     "host": "stop keeping what this line allocates each step",
+    "cuda": "stop keeping what this line allocates on the device (or keep a .cpu() copy)",
     "gc": "call gc.enable() (or gc.collect() now and then), or break the cycle",
 }
 
@@ -43,6 +44,10 @@ def culprit_line(c: Mapping[str, Any]) -> str:
     if kind == "host":
         return (f"host objects: {c.get('where')} keeps {format_bytes(c.get('bytes'))} in "
                 f"{c.get('count')} blocks (+{format_bytes(c.get('bytes_per_step'))}/step){tail}")
+    if kind == "cuda":
+        return (f"device memory: {c.get('where')} allocated {format_bytes(c.get('bytes'))} in "
+                f"{c.get('count')} blocks still alive (+{format_bytes(c.get('bytes_per_step'))}"
+                f"/step){tail}")
     if kind == "gc":
         return (f"gc is off: {c.get('count')} unreachable objects (mostly {c.get('what')}) "
                 f"hold {c.get('tensors')} tensors ({format_bytes(c.get('bytes'))}) that "

@@ -82,3 +82,12 @@ def test_report_section_lists_each_answer_and_reads_a_bad_row_as_incomplete(tmp_
     assert "### Step 1, at the leak alert: over 3 steps, looks took 0.50 s, 1,234 objects" in part
     assert "- holder: list `losses` (train.py:42, a global) keeps 12 tensors" in part
     assert "incomplete event (no steps)" in part  # "three" is not an int: dropped on reading
+
+
+def test_device_culprit_sentence_names_the_allocating_line():
+    from probes.records.culprits import culprit_line
+
+    line = culprit_line({"kind": "cuda", "where": "model.py:39 forward", "bytes": 3 << 20,
+                         "bytes_per_step": 1 << 20, "count": 3})
+    assert line.startswith("device memory: model.py:39 forward allocated 3.0 MiB in 3 blocks "
+                           "still alive (+1.0 MiB/step)")

@@ -15,6 +15,7 @@ from typing import Any
 
 from probes import records as R
 from probes.instruments.culprits.census import Census, hook_counts, hook_functions, take_census
+from probes.instruments.culprits.cudawindow import CudaWindow
 from probes.instruments.culprits.holders import find_holders, function_label, holder_names
 from probes.instruments.culprits.hostgrowth import HostWindow, gc_is_off, unreachable_now
 from probes.instruments.hooks import RunContext, StepHook, StepTensors
@@ -40,6 +41,7 @@ class CulpritFinder(StepHook):
         self.events: list[Event] = []
         self._alerts_seen: set[int] = set()
         self._host = HostWindow()
+        self._cuda = CudaWindow()
         self._first_s = 0.0
         self._guess: str | None = None
         self.refrozen = 0  # objects gc.freeze() had frozen at the last walk
@@ -84,6 +86,7 @@ class CulpritFinder(StepHook):
     def _failed(self, step: int, exc: Exception) -> None:
         self.first = None
         self._host.cancel()
+        self._cuda.cancel()
         self.ctx.emit(Event(R.LEAK_CULPRIT, step, self.ctx.elapsed_s(), {
             "trigger": self.trigger, "error": f"the culprit finder failed: "
                                               f"{type(exc).__name__}: {exc}"}))
@@ -93,6 +96,7 @@ class CulpritFinder(StepHook):
         self.trigger = trigger
         self.first = take_census(step, self.ctx.model)
         self._host.start()
+        self._cuda.start(self.ctx.device, already_on=not self.ctx.memory_history.startswith("off"))
         self._first_s = time.perf_counter() - t0
 
     def _look_second(self, step: int) -> Event:
@@ -103,6 +107,7 @@ class CulpritFinder(StepHook):
                              sample_per_group=self.sample_per_group)
         steps = max(1, step - first.step)
         host_lines = self._host.stop(MIN_HOST_BYTES_PER_STEP * steps)
+        sites = self._cuda.stop(self.ctx.device)
         culprits = self._hooks(first, second, steps)
         gc_off = gc_is_off()
         if gc_off:
@@ -112,6 +117,10 @@ class CulpritFinder(StepHook):
         culprits += [{"kind": "host", "holder": "", "where": line.where, "bytes": line.bytes,
                       "bytes_per_step": line.bytes / steps, "count": line.blocks,
                       "fix": FIXES["host"]} for line in host_lines]
+        culprits += [{"kind": "cuda", "holder": "", "where": site.where, "bytes": site.bytes,
+                      "bytes_per_step": site.bytes / steps, "count": site.blocks,
+                      "fix": FIXES["cuda"]}
+                     for site in sites if site.bytes >= MIN_HOST_BYTES_PER_STEP * steps]
         named = [c for c in culprits if c["kind"] != "tensors" or c.get("holder")]
         unnamed = [c for c in culprits if c not in named]
         self.looks += 1
@@ -120,6 +129,8 @@ class CulpritFinder(StepHook):
             "look_s": round(self._first_s + time.perf_counter() - t0, 4),
             "objects_scanned": second.objects_scanned, "gc_enabled": not gc_off,
             "culprits": (named + unnamed)[:MAX_CULPRITS]}
+        if self._cuda.cost_s:
+            data["cuda_history_s"] = round(self._cuda.cost_s, 4)
         if not data["culprits"] and self._guess:
             data["guess"] = self._guess
         if self.refrozen:
@@ -192,6 +203,7 @@ class CulpritFinder(StepHook):
 
     def close(self) -> None:
         self._host.cancel()
+        self._cuda.cancel()
         self.first = None
 
 
