@@ -57,6 +57,26 @@ def first_user_frame(frames: Iterable[tuple[str, int]]) -> tuple[str, int] | Non
     return None
 
 
+def allocating_user_frame(frames: Iterable[tuple[str, int]]) -> tuple[str, int] | None:
+    """The user's line that made an allocation itself (innermost first; only standard
+    library frames may lie between): what torch, memtop or another package allocates
+    (a UI's event loop on another thread, say) is not blamed on the user line that called in."""
+    for filename, line in frames:
+        if is_user_file(filename):
+            return filename, line
+        if not is_stdlib_file(filename):
+            return None
+    return None
+
+
+def is_stdlib_file(filename: str) -> bool:
+    path = os.path.abspath(filename)
+    if "site-packages" in path or "dist-packages" in path:
+        return False
+    return filename.startswith("<") or path.startswith(_LIBRARY_DIRS) \
+        or os.path.realpath(path).startswith(_LIBRARY_DIRS)
+
+
 def where(filename: str, line: int) -> str:
     """"train.py:42"."""
     return f"{short_path(filename)}:{line}"

@@ -161,3 +161,17 @@ def test_unreachable_count_frees_nothing():
     finally:
         if was_on:
             gc.enable()
+
+
+def test_an_allocation_is_blamed_on_the_user_line_that_made_it():
+    import json as stdlib_json
+
+    import textual
+
+    from probes.tools.frames import allocating_user_frame
+
+    user = str(ROOT / "examples" / "leaky_loops.py")
+    assert allocating_user_frame([(user, 97), (user, 120)]) == (user, 97)
+    assert allocating_user_frame([(stdlib_json.__file__, 5), (user, 97)]) == (user, 97)
+    assert allocating_user_frame([(textual.__file__, 5), (user, 97)]) is None  # a package's
+    assert allocating_user_frame([(torch.__file__, 5), (user, 97)]) is None

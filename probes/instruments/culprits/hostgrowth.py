@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from probes.instruments.culprits.census import tensor_bytes
-from probes.tools.frames import first_user_frame, is_user_file, where
+from probes.tools.frames import allocating_user_frame, is_user_file, where
 
 TRACE_FRAMES = 16  # frames kept per allocation: enough to get past torch and the stdlib
 
@@ -70,13 +70,14 @@ class HostWindow:
 
 def group_by_user_line(before: tracemalloc.Snapshot, after: tracemalloc.Snapshot) \
         -> list[HostLine]:
-    """Growth of live allocations per innermost user frame (tracemalloc lists oldest first)."""
+    """Growth of live allocations per user line that made them (tracemalloc lists the
+    oldest frame first; probes/tools/frames.py ``allocating_user_frame``)."""
     sizes: Counter[str] = Counter()
     blocks: Counter[str] = Counter()
     for stat in after.compare_to(before, "traceback"):
         if stat.size_diff <= 0:
             continue
-        frame = first_user_frame((f.filename, f.lineno) for f in reversed(stat.traceback))
+        frame = allocating_user_frame((f.filename, f.lineno) for f in reversed(stat.traceback))
         if frame is None:
             continue
         key = where(*frame)
