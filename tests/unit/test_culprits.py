@@ -175,3 +175,29 @@ def test_an_allocation_is_blamed_on_the_user_line_that_made_it():
     assert allocating_user_frame([(stdlib_json.__file__, 5), (user, 97)]) == (user, 97)
     assert allocating_user_frame([(textual.__file__, 5), (user, 97)]) is None  # a package's
     assert allocating_user_frame([(torch.__file__, 5), (user, 97)]) is None
+
+
+def test_who_holds_through_the_socket_looks_at_the_next_boundary(tmp_path):
+    from probes import Monitor
+    from probes.control.unix_socket import request
+    from probes.runfolder import socket_name
+
+    model = torch.nn.Linear(8, 8)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    kept_here = []
+    with Monitor(model, opt, run_dir=tmp_path, write_report=False, ledger=False,
+                 profiler=False) as mon:
+        assert "who_holds" in mon.session.capabilities()
+        for step in range(1, 9):
+            if step == 3:  # what `w` in `memtop view` sends
+                answer = request(mon.run_dir / socket_name(mon.rank), {"request": "who_holds"})
+                assert answer.get("ok") is not False, answer
+            with mon.step() as s:
+                out = model(torch.randn(4, 8))
+                out.sum().backward()
+                s.set(loss=out.sum())
+            kept_here.append(out.detach())
+    (event,) = events_of(mon.run_dir, "leak_culprit")
+    assert event.data["trigger"] == "request" and event.data["first_step"] == 3  # after step 3
+    top = event.data["culprits"][0]
+    assert "`kept_here`" in top["holder"] and top["count_per_step"] == 1
