@@ -54,9 +54,10 @@ def culprit_line(c: Mapping[str, Any]) -> str:
                 f"gc.collect() would free{tail}")
     holder = c.get("holder") or "no named holder found"
     container = f"{c.get('container')} " if c.get("container") else ""
+    graphs = " + their graphs" if graph else ""  # a graph's nodes are not tensors' bytes
     return (f"holder: {container}{holder} keeps {c.get('count')} tensors "
-            f"({_per_step(c.get('count_per_step'))}, {format_bytes(c.get('bytes'))}) of "
-            f"{c.get('what')}{tail}")
+            f"({_per_step(c.get('count_per_step'))}, {format_bytes(c.get('bytes'))}{graphs}) "
+            f"of {c.get('what')}{tail}")
 
 
 def culprit_summary(d: Mapping[str, Any]) -> str:

@@ -3,6 +3,8 @@ names the demo's list in the culprit box; the box's text on its own; the event's
 
 from __future__ import annotations
 
+import io
+
 import pytest
 from factories import event_names, wait_for
 
@@ -17,9 +19,9 @@ TENSORS = {"kind": "tensors", "holder": "`losses` (train.py:42, a global)", "con
 def test_event_sentence_names_holder_rate_and_fix():
     event = Event("leak_culprit", 20, 1.0, {"steps": 3, "culprits": [TENSORS]})
     assert event.summary() == (
-        "holder: list `losses` (train.py:42, a global) keeps 12 tensors (+1/step, 48 B) of "
-        "scalar float32 on cpu, grad_fn=AddBackward0 — keep loss.item() (or .detach()), not "
-        "the tensor with its graph")
+        "holder: list `losses` (train.py:42, a global) keeps 12 tensors (+1/step, 48 B + their "
+        "graphs) of scalar float32 on cpu, grad_fn=AddBackward0 — keep loss.item() (or "
+        ".detach()), not the tensor with its graph")
 
 
 def test_event_without_culprits_says_so_and_gives_the_guess_as_a_guess():
@@ -91,3 +93,11 @@ def test_device_culprit_sentence_names_the_allocating_line():
                          "bytes_per_step": 1 << 20, "count": 3})
     assert line.startswith("device memory: model.py:39 forward allocated 3.0 MiB in 3 blocks "
                            "still alive (+1.0 MiB/step)")
+
+
+def test_headless_prints_the_culprit_line():
+    from tui.headless import HeadlessPrinter
+
+    out = io.StringIO()
+    HeadlessPrinter(10, out)(Event("leak_culprit", 20, 1.0, {"steps": 3, "culprits": [TENSORS]}))
+    assert out.getvalue().startswith("== leak_culprit at step 20  holder: list `losses`")
