@@ -54,6 +54,7 @@ class CulpritFinder(StepHook):
     def look_on_request(self, step: int) -> None:
         """``who_holds`` at the boundary before ``step``: the first look, now."""
         if self.first is None:
+            self._guess = None  # no alert behind this look: no rate to guess from
             self.look_first(step - 1, "request")
 
     def end_step(self, step: int, tensors: StepTensors, sample: StepSample) -> None:
@@ -133,13 +134,15 @@ class CulpritFinder(StepHook):
             data["cuda_history_s"] = round(self._cuda.cost_s, 4)
         if not data["culprits"] and self._guess:
             data["guess"] = self._guess
+        notes = []
         if self.refrozen:
-            data["note"] = (f"gc.freeze() was in effect: {self.refrozen} frozen objects were "
-                            "unfrozen for the walk and frozen again, with the objects born "
-                            "since")
+            notes.append(f"gc.freeze() was in effect: {self.refrozen} frozen objects were "
+                         "unfrozen for the walk and frozen again, with the objects born since")
         if gc_off:
-            data["note"] = ("gc is off: its garbage was counted by one collection that freed "
-                            "nothing (gc.DEBUG_SAVEALL); weak references to it were cleared")
+            notes.append("gc is off: its garbage was counted by one collection that freed "
+                         "nothing (gc.DEBUG_SAVEALL); weak references to it were cleared")
+        if notes:
+            data["note"] = "; ".join(notes)
         event = Event(R.LEAK_CULPRIT, step, self.ctx.elapsed_s(), data)
         self.events.append(event)
         self.ctx.emit(event)
