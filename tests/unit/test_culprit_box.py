@@ -101,3 +101,36 @@ def test_headless_prints_the_culprit_line():
     out = io.StringIO()
     HeadlessPrinter(10, out)(Event("leak_culprit", 20, 1.0, {"steps": 3, "culprits": [TENSORS]}))
     assert out.getvalue().startswith("== leak_culprit at step 20  holder: list `losses`")
+
+
+@pytest.fixture
+def leaking_run(tiny_config):
+    """A real trainer thread running its graph leak demo, listening on its socket, as a
+    headless `memtop train --leak graph` in another terminal would."""
+    from probes.monitor import default_hooks
+    from probes.runfolder import create_run_dir
+    from trainer.loop import Trainer
+
+    cfg = tiny_config(steps=0, leak="graph", leak_at=2)
+    trainer = Trainer(cfg, create_run_dir(cfg.run_dir), hooks=default_hooks(**cfg.hook_options()))
+    trainer.start()
+    yield trainer
+    trainer.control.stop()
+    trainer.join(120)
+
+
+@pytest.mark.slow
+async def test_w_in_a_viewer_asks_the_run_through_its_socket(leaking_run):
+    from tui.app import MemtopApp
+
+    trainer = leaking_run
+    app = MemtopApp.for_folder(trainer.run_dir)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: app.run_state.step >= 4 and trainer.status.leak_active,
+                       "the leak demo running")
+        await pilot.press("w")
+        await wait_for(pilot, lambda: "LeakInjector" in app.culprit_box.text,
+                       "the answer in the viewer's box")
+        assert app.culprit_box.data["trigger"] == "request"  # the viewer's w, not an alert
+        await pilot.press("q")
+        await wait_for(pilot, lambda: app.return_code is not None, "the viewer to exit")
