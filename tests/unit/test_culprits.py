@@ -201,3 +201,21 @@ def test_who_holds_through_the_socket_looks_at_the_next_boundary(tmp_path):
     assert event.data["trigger"] == "request" and event.data["first_step"] == 3  # after step 3
     top = event.data["culprits"][0]
     assert "`kept_here`" in top["holder"] and top["count_per_step"] == 1
+
+
+def test_a_request_during_a_look_gets_a_look_of_its_own(tmp_path):
+    from probes import Monitor
+    from probes.control import Request
+
+    model = torch.nn.Linear(8, 8)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with Monitor(model, opt, run_dir=tmp_path, listen=False, write_report=False, ledger=False,
+                 profiler=False) as mon:
+        for step in range(1, 12):
+            if step in (2, 3):  # the second arrives while the first look is under way
+                mon.control.submit(Request("who_holds"))
+            with mon.step():
+                model(torch.randn(4, 8)).sum().backward()
+    found = events_of(mon.run_dir, "leak_culprit")
+    assert [e.data["trigger"] for e in found] == ["request", "request"]
+    assert found[1].data["first_step"] == found[0].step

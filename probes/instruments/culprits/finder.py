@@ -45,6 +45,7 @@ class CulpritFinder(StepHook):
         self._first_s = 0.0
         self._guess: str | None = None
         self.refrozen = 0  # objects gc.freeze() had frozen at the last walk
+        self._requested = False  # a who_holds came while a look was under way
 
     def setup(self, ctx: RunContext) -> None:
         super().setup(ctx)
@@ -52,10 +53,13 @@ class CulpritFinder(StepHook):
             ctx.offer("who_holds", self.look_on_request)
 
     def look_on_request(self, step: int) -> None:
-        """``who_holds`` at the boundary before ``step``: the first look, now."""
-        if self.first is None:
-            self._guess = None  # no alert behind this look: no rate to guess from
-            self.look_first(step - 1, "request")
+        """``who_holds`` at the boundary before ``step``: the first look, now (or as soon as
+        the look under way has answered)."""
+        if self.first is not None:
+            self._requested = True
+            return
+        self._guess = None  # no alert behind this look: no rate to guess from
+        self.look_first(step - 1, "request")
 
     def end_step(self, step: int, tensors: StepTensors, sample: StepSample) -> None:
         if self.first is None:
@@ -68,6 +72,9 @@ class CulpritFinder(StepHook):
             return
         if step >= self.first.step + self.gap_steps:
             self.look_second(step)
+            if self._requested:  # asked for during that look: a look of its own
+                self._requested = False
+                self.look_on_request(step + 1)
 
     def look_first(self, step: int, trigger: str) -> None:
         """The census to compare with, and tracemalloc on until the second look."""
