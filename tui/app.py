@@ -39,6 +39,7 @@ from tui.sources import DeferredTrainer, FolderSource, RunSource, TrainerSource
 from tui.status_bars import StatusBars
 from tui.widgets.admission_line import AdmissionLine
 from tui.widgets.baseline_bar import BaselineBar
+from tui.widgets.culprit_box import CulpritBox
 from tui.widgets.error_banner import ErrorBanner
 from tui.widgets.footer import MemtopFooter
 from tui.widgets.header import MemtopHeader
@@ -81,6 +82,7 @@ class MemtopApp(LiveEvents, StatusBars, RanksView, AppActions, NoticeLog, App[in
         Binding("v", "view", "view"),
         Binding("x", "stop_run", "stop run"),  # a viewer's only (tui/key_roles.py)
         Binding("m", "snapshot", "snapshot", show=False),
+        Binding("w", "who_holds", "who holds"),
         Binding("question_mark", "help", "help"),
         Binding("q", "request_quit", "quit"),
         Binding("ctrl+q", "request_quit", "quit", show=False, priority=True),
@@ -206,6 +208,7 @@ class MemtopApp(LiveEvents, StatusBars, RanksView, AppActions, NoticeLog, App[in
         yield MemtopHeader(id="header")
         yield ErrorBanner(id="error")
         yield LeakBanner(id="leak")
+        yield CulpritBox(id="culprit")
         grid = Grid(id="panes")  # one cell per pane of the table (tui/panes.py)
         grid.styles.grid_size_columns, grid.styles.grid_size_rows = grid_size()
         with grid:
@@ -236,6 +239,7 @@ class MemtopApp(LiveEvents, StatusBars, RanksView, AppActions, NoticeLog, App[in
         self.header_bar = self.query_one(MemtopHeader)
         self.status_line = self.query_one(StatusLine)
         self.leak_banner = self.query_one(LeakBanner)
+        self.culprit_box = self.query_one(CulpritBox)
         self.error_banner = self.query_one(ErrorBanner)
         self.chart = self.query_one(MemoryChart)
         self.ops_table = self.query_one(TopOpsTable)

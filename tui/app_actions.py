@@ -118,6 +118,18 @@ class AppActions:
         self.send("memory_snapshot")
         self.notify("memory snapshot requested (next step boundary)", timeout=3)
 
+    def action_who_holds(self: Any) -> None:
+        """`w`: who holds memory. The training thread looks at the next step boundary and
+        again a few steps later (probes/instruments/culprits); the answer is a leak_culprit
+        event, shown in the culprit box."""
+        if self._run_over():
+            return
+        if not self.can("who_holds"):
+            self.notify("this run cannot look for holders (its leak watch is off)", timeout=4)
+            return
+        self.send("who_holds")
+        self.culprit_box.looking()
+
     def action_stop_run(self: Any) -> None:
         """`x`: stop the run itself (a viewer's way; asks first)."""
         if self._run_over():

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 # What may be requested. Explicit verbs, not toggles: two viewers pressing `p` at once must not
 # open and cancel the same window.
 REQUESTS = ("profile", "profile_cancel", "leak_start", "leak_stop", "pause", "resume",
-            "report", "stop", "memory_snapshot")
+            "report", "stop", "memory_snapshot", "who_holds")
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ from probes.control.unix_socket import ControlServer
 from probes.counters.nvml import NvmlPoller
 from probes.instruments.hints import HintWatch
 from probes.instruments.hooks import GPTShape, StepHook, StepTensors
+from probes.monitor.forward_hook import ForwardCounter
 from probes.monitor.guard import MemoryGuard
 from probes.monitor.session import RunSession
 from probes.monitor.setup import (
@@ -209,7 +210,7 @@ class Monitor:
                                    warmup_steps=warmup_steps, max_steps=max_steps,
                                    model_shape=model_shape, config=dict(config or {}),
                                    max_memory_bytes=max_memory_bytes)
-        self._forward_hook = model.register_forward_hook(self._on_forward)
+        self._forward_hook = model.register_forward_hook(ForwardCounter(model, self._on_forward))
         for hook in self.hooks:
             hook.setup(self.ctx)
         if self.profiler is not None:

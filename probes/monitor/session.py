@@ -111,7 +111,8 @@ class RunSession:
         return RunContext(model, optimizer, scaler, self.device, amp, self.run_dir, self.memory,
                           self.recorder.publish, self.recorder.elapsed_s,
                           self.device_total_bytes, rank=self.rank,
-                          urgent=lambda: self.control.urgent, **options)
+                          urgent=lambda: self.control.urgent, offer=self.offer,
+                          memory_history=self.memory_history, **options)
 
     def offer(self, kind: str, handler: Callable[[int], object]) -> None:
         """Act on request ``kind`` at a step boundary with ``handler(step about to run)``;

@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from probes.records.culprits import LEAK_CULPRIT_FIELDS, culprit_summary
 from probes.records.forecast import fill_text
 from probes.records.step import StepSample
 from probes.records.values import clean, finite_num, is_int, short_text
@@ -70,7 +71,8 @@ class Event:
 Record = StepSample | Event
 
 # Fields too big for one line of text (they stay in metrics.jsonl and the report).
-BULKY_FIELDS = frozenset({"traceback", "top_ops", "system", "lines", "model", "phases"})
+BULKY_FIELDS = frozenset({"traceback", "top_ops", "system", "lines", "model", "phases",
+                          "culprits"})
 
 
 def incomplete(event: str, data: Mapping[str, Any]) -> str | None:
@@ -133,6 +135,7 @@ ADMISSION = "admission"
 CACHE_BASELINE = "cache_baseline"
 EVALUATE = "evaluate"
 SAVE = "save"
+LEAK_CULPRIT = "leak_culprit"
 
 _OP_FIELDS = {"name": "str", "calls": "int", "self_cpu_us": "num", "cpu_total_us": "num",
               "self_device_us": "num", "device_total_us": "num", "cpu_memory_bytes": "int",
@@ -297,6 +300,9 @@ _KINDS = (
     EventKind(LEAK_SUSPECTED, "sustained growth of end-of-step memory", _LEAK_FIELDS,
               summary=_leak,
               required=("counter", "bytes_per_step", "since_step")),
+    EventKind(LEAK_CULPRIT, "what grew between two looks and what holds it (the finder)",
+              LEAK_CULPRIT_FIELDS, summary=culprit_summary,
+              required=("culprits", "steps")),
     EventKind(LEAK_CLEARED, "the grown counter is flat again", _LEAK_FIELDS,
               summary=lambda d: f"{d.get('counter')} flat since step {d.get('since_step')}",
               required=("counter", "since_step")),

@@ -31,6 +31,8 @@ KEYS = (
     ("s", "save an SVG screenshot into the run folder"),
     ("m", "CUDA: memory snapshot into the run folder for pytorch.org/memory_viz (state only "
           "unless --memory-history)"),
+    ("w", "who holds memory: what grew over the next steps and what keeps it (also "
+          "automatic at a leak alert)"),
     ("o", "change the top-ops sort column"),
     ("v", "chart / top ops / ledger (terminals under 100 columns)"),
     ("?", "this help (esc closes)"),

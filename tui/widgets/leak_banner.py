@@ -74,7 +74,7 @@ class LeakBanner(TextLine):
         head = "LEAK: " if compact else "LEAK SUSPECTED: "
         text = head + lines.replace("\n", "\n" + head)
         if hint:
-            text += f"\ncause: {hint}"
+            text += f"\na guess from the rate (w names the holder): {hint}"
         self._show(text, cleared=False)
 
     def _show(self, text: str, cleared: bool) -> None:
