@@ -246,3 +246,26 @@ def test_key_roles_offer_only_keys_that_do_something():
     ended = keys(ENDED)
     assert not {"p", "l", "space", "x"} & set(ended) and "ended" in ended["q"]
     assert not action_shown("profile", ENDED) and action_shown("report", ENDED)
+
+
+def test_headless_step_lines_fit_80_columns_at_their_widest():
+    """issue 30: headless step lines were 128 columns and wrapped at 80. The widest case: a
+    six-digit step, fp16 on CUDA with a scaler that skipped steps, traced, leak demo on,
+    every counter in GiB."""
+    from factories import make_sample
+
+    from tui.headless import format_step_line
+
+    gib = int(123.45 * 2**30)
+    widest = make_sample(123456, loss=12.3456, tokens_per_s=123_456.0, step_ms=12345.6,
+                         device="cuda:0", amp="fp16", scale=65536.0, skipped_steps=123,
+                         profiling=True, leak_active=True, allocated_bytes=gib,
+                         reserved_bytes=gib, peak_allocated_bytes=gib, driver_used_bytes=gib)
+    for sample in (widest, make_sample(7)):
+        lines = format_step_line(sample).splitlines()
+        assert len(lines) == 2 and all(len(ln) <= 80 for ln in lines), lines
+    first, memory = format_step_line(widest).splitlines()
+    assert "scale 65536" in first and "skipped 123" in first
+    assert memory.split() == ["allocated", "123", "GiB", "reserved", "123", "GiB", "peak",
+                              "123", "GiB", "NVML", "used", "123", "GiB"]
+    assert "scale" not in format_step_line(make_sample(7))  # no scaler on CPU: no column
