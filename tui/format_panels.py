@@ -155,9 +155,27 @@ def op_cell(key: str, value: Any) -> str:
     return str(value)
 
 
+OP_COLUMN_CELLS = 10  # a numeric column's cells, its gap included
+OP_NAME_MIN = 24  # an op name keeps this many cells: "aten::ma…dices" at 12 read as nothing
+
+
 def op_name_width(total_width: int, n_columns: int) -> int:
-    """Room left for the op name after the numeric columns (about 10 cells each)."""
-    return max(12, min(60, total_width - 10 * n_columns - 4))
+    """Room left for the op name after the numeric columns."""
+    return max(12, min(60, total_width - OP_COLUMN_CELLS * n_columns - 4))
+
+
+def visible_op_columns(columns: Sequence[str], sort_key: str, total_width: int) -> list[str]:
+    """The numeric columns that fit beside an op name of OP_NAME_MIN cells: the sort column
+    always, then the others in their order; what is left out shows again with width (or as
+    the sort column, `o`)."""
+    room = max(0, (total_width - 4 - OP_NAME_MIN) // OP_COLUMN_CELLS)
+    keep = [c for c in columns if c == sort_key][:1]
+    for column in columns:
+        if len(keep) >= max(1, room):
+            break
+        if column not in keep:
+            keep.append(column)
+    return [c for c in columns if c in keep]
 
 
 # ---- ledger ---------------------------------------------------------------------------------

@@ -269,3 +269,14 @@ def test_headless_step_lines_fit_80_columns_at_their_widest():
     assert memory.split() == ["allocated", "123", "GiB", "reserved", "123", "GiB", "peak",
                               "123", "GiB", "NVML", "used", "123", "GiB"]
     assert "scale" not in format_step_line(make_sample(7))  # no scaler on CPU: no column
+
+
+def test_op_columns_give_way_to_the_name_but_never_the_sort_column():
+    from tui.format_panels import OP_COLUMN_CELLS, OP_NAME_MIN, visible_op_columns
+
+    cols = ["calls", "self_cpu_us", "cpu_total_us", "cpu_memory_bytes"]
+    wide = 4 + OP_NAME_MIN + OP_COLUMN_CELLS * len(cols)
+    assert visible_op_columns(cols, "cpu_total_us", wide) == cols
+    two = visible_op_columns(cols, "cpu_memory_bytes", wide - OP_COLUMN_CELLS * 2)
+    assert two == ["calls", "cpu_memory_bytes"]  # the sort column kept, the order kept
+    assert visible_op_columns(cols, "cpu_memory_bytes", 10) == ["cpu_memory_bytes"]
