@@ -283,6 +283,8 @@ class LeakWatch(StepHook):
         self._settle_until = 0
         self._prev_time_s: float | None = None
         self._is_cuda = False
+        self._available_at_s: float | None = None  # when MemAvailable was last read
+        self._available: int | None = None
         self.fill = FillTracker()  # the counter that fills the limit (probes/counters/fill.py)
         self._limit: int | None = None
         self._sharers = 1
@@ -350,7 +352,15 @@ class LeakWatch(StepHook):
             "cuda" if self._is_cuda else "cpu", self._limit, rss_bytes=sample.host_rss_bytes,
             reserved_bytes=sample.reserved_bytes, driver_used_bytes=sample.driver_used_bytes,
             device_total_bytes=self.ctx.device_total_bytes,
-            host_available=None if self._is_cuda or self._limit else host_available_bytes())
+            host_available=None if self._is_cuda or self._limit else
+            self._host_available(sample.time_s))
+
+    def _host_available(self, now_s: float) -> int | None:
+        """MemAvailable, read at most once a second: /proc/meminfo costs ~50 µs, the step
+        path's whole budget (issue 28), and the room it gives changes slowly."""
+        if self._available_at_s is None or now_s - self._available_at_s >= 1.0:
+            self._available_at_s, self._available = now_s, host_available_bytes()
+        return self._available
 
     def forecast(self, sample: StepSample, alert: dict[str, Any] | None = None
                  ) -> FillForecast | None:
