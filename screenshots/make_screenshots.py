@@ -1,11 +1,13 @@
 """Make the README's SVGs from the real app on a real short CPU run (never drawn by hand).
 
-    python screenshots/make_screenshots.py [--out screenshots] [--steps-before 40]
+    python screenshots/make_screenshots.py [--out screenshots] [--steps-before 40] [--only F..]
 
 Drives MemtopApp with Textual's Pilot (headless, no terminal needed) over the default mini-GPT on
 the CPU and saves: dashboard.svg (120×40), dashboard-80x24.svg, help.svg, profiler.svg (after `p`)
-and leak.svg (after `l`, once the detector raises its alert). A view whose producer is missing in
-this build (no profiler window, no leak detector) is skipped with a line saying so.
+leak.svg (after `l`, once the detector raises its alert) and culprit.svg (the culprit finder's
+answer to that alert, a few steps later); ``--only culprit.svg`` remakes only the files named.
+A view whose producer is missing in this build (no profiler window, no leak detector) is
+skipped with a line saying so.
 """
 
 from __future__ import annotations
@@ -40,7 +42,12 @@ async def wait_for(pilot, condition: Callable[[], bool], timeout_s: float) -> bo
     return True
 
 
+ONLY: set[str] = set()  # --only: the files to write (all when empty)
+
+
 def save(app: MemtopApp, out: Path, name: str) -> None:
+    if ONLY and name not in ONLY:
+        return
     path = app.save_screenshot(filename=name, path=str(out))
     print(f"wrote {path}", flush=True)
 
@@ -70,7 +77,9 @@ async def main_run(out: Path, root: Path, steps_before: int, timeout_s: float) -
         await pilot.press("escape")
         await pilot.pause(0.3)
 
-        if app.profiler_available:
+        if ONLY and "profiler.svg" not in ONLY:
+            pass
+        elif app.can("profile"):
             await pilot.press("p")
             if await wait_for(pilot, lambda: bool(app.ops_table.ops), timeout_s):
                 app.clear_notifications()
@@ -86,6 +95,12 @@ async def main_run(out: Path, root: Path, steps_before: int, timeout_s: float) -
             app.clear_notifications()
             await settle(app, pilot)
             save(app, out, "leak.svg")
+            if await wait_for(pilot, lambda: app.culprit_box.data is not None, timeout_s):
+                app.clear_notifications()
+                await settle(app, pilot)
+                save(app, out, "culprit.svg")
+            else:
+                print("skipped culprit.svg: the finder did not answer", file=sys.stderr)
         else:
             print("skipped leak.svg: no leak alert (is the detector in default_hooks?)",
                   file=sys.stderr)
@@ -112,11 +127,14 @@ def main() -> int:
                         help="steps to train before the first picture")
     parser.add_argument("--timeout", type=float, default=180.0,
                         help="seconds to wait for each thing to appear")
+    parser.add_argument("--only", nargs="+", default=[], metavar="FILE",
+                        help="write only these files (e.g. culprit.svg)")
     args = parser.parse_args()
+    ONLY.update(args.only)
     args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="memtop-shots-") as tmp:
         code = asyncio.run(main_run(args.out, Path(tmp), args.steps_before, args.timeout))
-        if code == 0:
+        if code == 0 and (not ONLY or "dashboard-80x24.svg" in ONLY):
             asyncio.run(compact_run(args.out, Path(tmp), args.steps_before, args.timeout))
     return code
 

@@ -30,6 +30,7 @@ from probes.runfolder.state import RunState
 from probes.tools.ring import Ring
 from tui.app_actions import AppActions
 from tui.app_ranks import RanksView
+from tui.key_roles import ENDED, key_role
 from tui.live_events import LiveEvents
 from tui.notices import NoticeLog
 from tui.panes import PANES, chart_labels, grid_size, pane_labels, sample_values
@@ -38,6 +39,7 @@ from tui.sources import DeferredTrainer, FolderSource, RunSource, TrainerSource
 from tui.status_bars import StatusBars
 from tui.widgets.admission_line import AdmissionLine
 from tui.widgets.baseline_bar import BaselineBar
+from tui.widgets.culprit_box import CulpritBox
 from tui.widgets.error_banner import ErrorBanner
 from tui.widgets.footer import MemtopFooter
 from tui.widgets.header import MemtopHeader
@@ -79,8 +81,9 @@ class MemtopApp(LiveEvents, StatusBars, RanksView, AppActions, NoticeLog, App[in
         Binding("s", "screenshot", "svg"),
         Binding("o", "sort", "sort"),
         Binding("v", "view", "view"),
-        Binding("x", "stop_run", "stop run", show=False),
+        Binding("x", "stop_run", "stop run"),  # a viewer's only (tui/key_roles.py)
         Binding("m", "snapshot", "snapshot", show=False),
+        Binding("w", "who_holds", "who holds"),
         Binding("question_mark", "help", "help"),
         Binding("q", "request_quit", "quit"),
         Binding("ctrl+q", "request_quit", "quit", show=False, priority=True),
@@ -206,6 +209,7 @@ class MemtopApp(LiveEvents, StatusBars, RanksView, AppActions, NoticeLog, App[in
         yield MemtopHeader(id="header")
         yield ErrorBanner(id="error")
         yield LeakBanner(id="leak")
+        yield CulpritBox(id="culprit")
         grid = Grid(id="panes")  # one cell per pane of the table (tui/panes.py)
         grid.styles.grid_size_columns, grid.styles.grid_size_rows = grid_size()
         with grid:
@@ -237,6 +241,7 @@ class MemtopApp(LiveEvents, StatusBars, RanksView, AppActions, NoticeLog, App[in
         self.header_bar = self.query_one(MemtopHeader)
         self.status_line = self.query_one(StatusLine)
         self.leak_banner = self.query_one(LeakBanner)
+        self.culprit_box = self.query_one(CulpritBox)
         self.error_banner = self.query_one(ErrorBanner)
         self.chart = self.query_one(MemoryChart)
         self.ops_table = self.query_one(TopOpsTable)
@@ -305,8 +310,19 @@ class MemtopApp(LiveEvents, StatusBars, RanksView, AppActions, NoticeLog, App[in
         self.update_status()
         self.update_baseline()
         self.leak_banner.tick()
+        self._check_role()
         self._check_failed()
         self._maybe_freeze_gc()
+
+    def _check_role(self) -> None:
+        """When the run ends (or a viewer learns it is one), the footer drops the keys that
+        can no longer do anything, and top ops stops offering p (tui/key_roles.py)."""
+        role = key_role(self)
+        if role != getattr(self, "_key_role", None):
+            self._key_role = role
+            self.refresh_bindings()
+            if role == ENDED and not self.ops_table.ops:
+                self.ops_table.set_note("no profiler window in this run (it has ended)")
 
     def _poll_first_sample(self) -> None:
         """Until the first sample is shown: a len() per poll, a refresh once records wait."""

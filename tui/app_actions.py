@@ -19,6 +19,7 @@ from typing import Any, TextIO
 
 from textual import work
 
+from tui.key_roles import action_shown, key_role
 from tui.widgets.confirm import ConfirmScreen
 from tui.widgets.help_screen import HelpScreen
 
@@ -117,6 +118,18 @@ class AppActions:
         self.send("memory_snapshot")
         self.notify("memory snapshot requested (next step boundary)", timeout=3)
 
+    def action_who_holds(self: Any) -> None:
+        """`w`: who holds memory. The training thread looks at the next step boundary and
+        again a few steps later (probes/instruments/culprits); the answer is a leak_culprit
+        event, shown in the culprit box."""
+        if self._run_over():
+            return
+        if not self.can("who_holds"):
+            self.notify("this run cannot look for holders (its leak watch is off)", timeout=4)
+            return
+        self.send("who_holds")
+        self.culprit_box.looking()
+
     def action_stop_run(self: Any) -> None:
         """`x`: stop the run itself (a viewer's way; asks first)."""
         if self._run_over():
@@ -141,18 +154,23 @@ class AppActions:
         views = self.views
         self.set_view(views[(views.index(self.view) + 1) % len(views)])
 
+    def check_action(self: Any, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """The footer offers only the keys this dashboard's role can use (tui/key_roles.py)."""
+        return action_shown(action, key_role(self))
+
     def action_help(self: Any) -> None:
         """One HelpScreen per app, re-pushed (rebuilt only when what it says changed): an open
         is then a repaint, not a compose and a layout (benchmarks/RESULTS.md)."""
         if isinstance(self.screen, HelpScreen):
             return
         counters = self.run_state.counters
+        role = key_role(self)
         screen = self._help_screen
-        if screen is None or (screen.device_type, screen.counters) != (self.device_type,
-                                                                      counters):
+        if screen is None or (screen.device_type, screen.counters, screen.role) != (
+                self.device_type, counters, role):
             if screen is not None:
                 self.uninstall_screen("help")
-            screen = self._help_screen = HelpScreen(self.device_type, counters)
+            screen = self._help_screen = HelpScreen(self.device_type, counters, role)
             self.install_screen(screen, name="help")
         self.push_screen("help")
 

@@ -81,6 +81,7 @@ def sweep_charts(data: dict, color: bool = False, width: int = 78) -> list[tuple
 
 
 SPARK_BARS = "▁▂▃▄▅▆▇█"
+SPARK_FLAT_FRACTION = 0.01  # a spread under this share of the largest value draws flat
 
 
 def bar_levels(data: Sequence[float], width: int) -> list[int]:
@@ -97,9 +98,19 @@ def bar_levels(data: Sequence[float], width: int) -> list[int]:
     else:
         cells = [data[i * n // width] for i in range(width)]
     lo, hi = min(data), max(data)
+    if hi - lo <= SPARK_FLAT_FRACTION * max(abs(hi), abs(lo)):
+        return [0] * len(cells)  # sub-1% jitter is not a trend: flat (SPARK_RULE)
     extent = hi - lo or 1.0
     top = len(SPARK_BARS) - 1
     return [min(top, int((v - lo) / extent * top)) for v in cells]
+
+
+def spark_rule(history_steps: int) -> str:
+    """What a pane's min/max and sparkline cover, for the help screen and the README."""
+    return (f"[b]min / max and the sparkline[/b]: min and max are over the pane's last "
+            f"{history_steps} steps; the sparkline draws the most recent steps, one per column, "
+            f"scaled from their min to their max, and draws flat when they differ by less than "
+            f"{SPARK_FLAT_FRACTION:.0%} of the value (jitter is not a trend).")
 
 
 def bar_runs(levels: Sequence[int]) -> list[tuple[int, int]]:

@@ -57,6 +57,24 @@ def fit(text: str, width: int) -> str:
     return text[: max(0, width - 1)] + "…"
 
 
+def fit_lines(text: str, width: int, max_lines: int) -> str:
+    """Wrap ``text`` to ``width`` and keep at most ``max_lines`` lines, the last cut with "…"
+    when anything was left out: a banner never loses its end silently (the full text is one
+    key away, in the help or the event log)."""
+    import textwrap
+
+    if width <= 0 or max_lines <= 0:
+        return ""
+    lines: list[str] = []
+    for para in text.split("\n"):
+        lines += textwrap.wrap(para, width, break_long_words=True, break_on_hyphens=False) or [""]
+    if len(lines) <= max_lines:
+        return "\n".join(lines)
+    kept = lines[:max_lines]
+    kept[-1] = fit(kept[-1] + " …", width)  # ends with "…" whether or not it had room
+    return "\n".join(kept)
+
+
 def label_value_line(label: str, value: str, width: int, short_label: str | None = None) -> str:
     """'label        value' filling width exactly; the value wins when space is short."""
     if width <= 0:

@@ -12,10 +12,8 @@ from probes import records as R
 from probes.records import incomplete
 from probes.tools.units import (
     format_bytes,
-    format_duration,
     format_ms,
     format_rate,
-    format_steps,
     format_us,
 )
 from tui.format import fit
@@ -48,22 +46,25 @@ def leak_alert_line(data: dict[str, Any], step: int, compact: bool = False) -> s
         text = f"{counter} +{rate}/step since step {since}"
     else:
         text = f"{counter} grows {rate}/step since step {since}"
-    steps_left = data.get("steps_to_full")
-    secs_left = data.get("seconds_to_full")
-    if steps_left is None and secs_left is None:
+    left = R.fill_text(data, short=compact)
+    if left is None:
         return text
-    cap = data.get("capacity_bytes")
-    what = format_bytes(cap) if cap else "memory"
-    if compact:
-        left = format_duration(secs_left) if secs_left is not None else (
-            f"~{format_steps(steps_left)} steps")
-        return f"{text}; fills {what} in {left}"
-    bits = []
-    if steps_left is not None:
-        bits.append(f"~{format_steps(steps_left)} steps")
-    if secs_left is not None:
-        bits.append(format_duration(secs_left))
-    return f"{text}; at this rate {what} fills in {' / '.join(bits)}"
+    return f"{text}; {left}"
+
+
+GLIBC_KEEPS = "glibc keeps freed memory for reuse, it does not hand it back to the OS"
+
+
+def leak_cleared_text(data: dict[str, Any], step: int) -> str:
+    """"LEAK CLEARED", and why RSS may stay up: the heap fell, the pages stay with malloc."""
+    counter = str(data.get("counter", ""))
+    label = COUNTER_LABELS.get(counter, counter)
+    text = f"LEAK CLEARED: {label} is flat again (step {step})"
+    rss, before = data.get("host_rss_bytes"), data.get("alert_rss_bytes")
+    if counter.startswith("host") and isinstance(rss, int) and (
+            not isinstance(before, int) or rss >= 0.9 * before):
+        text += f"; host RSS stays at {format_bytes(rss)}: {GLIBC_KEEPS}"
+    return text
 
 
 def leak_banner_text(alerts: dict[str, dict[str, Any]], compact: bool = False) -> tuple[str, str]:
@@ -154,9 +155,27 @@ def op_cell(key: str, value: Any) -> str:
     return str(value)
 
 
+OP_COLUMN_CELLS = 10  # a numeric column's cells, its gap included
+OP_NAME_MIN = 24  # an op name keeps this many cells: "aten::ma…dices" at 12 read as nothing
+
+
 def op_name_width(total_width: int, n_columns: int) -> int:
-    """Room left for the op name after the numeric columns (about 10 cells each)."""
-    return max(12, min(60, total_width - 10 * n_columns - 4))
+    """Room left for the op name after the numeric columns."""
+    return max(12, min(60, total_width - OP_COLUMN_CELLS * n_columns - 4))
+
+
+def visible_op_columns(columns: Sequence[str], sort_key: str, total_width: int) -> list[str]:
+    """The numeric columns that fit beside an op name of OP_NAME_MIN cells: the sort column
+    always, then the others in their order; what is left out shows again with width (or as
+    the sort column, `o`)."""
+    room = max(0, (total_width - 4 - OP_NAME_MIN) // OP_COLUMN_CELLS)
+    keep = [c for c in columns if c == sort_key][:1]
+    for column in columns:
+        if len(keep) >= max(1, room):
+            break
+        if column not in keep:
+            keep.append(column)
+    return [c for c in columns if c in keep]
 
 
 # ---- ledger ---------------------------------------------------------------------------------
@@ -178,9 +197,11 @@ def ledger_footer(data: dict[str, Any]) -> str:
     alive = data.get("tensors_at_snapshot_bytes")
     if alive is None:  # a run recorded before the ledger said it
         alive = data.get("total_measured_bytes")
-    return (f"tensors {format_bytes(alive)} · allocated "
-            f"{format_bytes(data.get('allocated_bytes'))} · reserved "
-            f"{format_bytes(data.get('reserved_bytes'))} · step {data.get('sampled_step', '?')}")
+    dev = str(data.get("device") or "cpu")
+    return (f"tensors {format_bytes(alive)} · {R.counter_name('allocated', dev)} "
+            f"{format_bytes(data.get('allocated_bytes'))} · {R.counter_name('reserved', dev)} "
+            f"{format_bytes(data.get('reserved_bytes'))} · step {data.get('sampled_step', '?')}, "
+            f"at {R.LEDGER_MOMENT} (panes: {R.PANE_MOMENT})")
 
 
 # ---- chart ----------------------------------------------------------------------------------

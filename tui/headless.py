@@ -20,14 +20,20 @@ from tui.panes import throughput, throughput_label
 
 
 def format_step_line(s: StepSample) -> str:
-    """One compact human line for a step (pure; tested without a run)."""
-    scale = "-" if s.scale is None else f"{s.scale:.0f}"
+    """Two lines for a logged step, each ≤ 80 columns (pure; tested without a run): time and
+    training, then the four memory counters by their one name (probes/records/names.py).
+    The GradScaler's scale and skipped steps only where a scaler runs (fp16 on CUDA). A
+    profiler window's or leak demo's steps carry no tag: the `== profile_started` /
+    `leak_demo_started` lines around them say so (a tag pushed lines past 80 columns)."""
     loss = "n/a" if s.loss is None else ("nan" if s.loss != s.loss else f"{s.loss:.4f}")
-    return (f"step {s.step:>6}  loss {loss}  {throughput_text(s)}  "
-            f"{s.step_ms:7.1f} ms  alloc {format_bytes(s.allocated_bytes)}  "
-            f"resv {format_bytes(s.reserved_bytes)}  peak {format_bytes(s.peak_allocated_bytes)}  "
-            f"driver {format_bytes(s.driver_used_bytes)}  scale {scale}  skipped {s.skipped_steps}"
-            + ("  [profiling]" if s.profiling else "") + ("  [leak demo]" if s.leak_active else ""))
+    dev = s.device
+    memory = "  ".join(f"{R.counter_name(pane, dev)} {format_bytes(value)}" for pane, value in (
+        ("allocated", s.allocated_bytes), ("reserved", s.reserved_bytes),
+        ("peak", s.peak_allocated_bytes), ("driver", s.driver_used_bytes)))
+    first = (f"step {s.step:>6}  loss {loss}  {throughput_text(s)}  {s.step_ms:7.1f} ms"
+             + (f"  scale {s.scale:.0f}" if s.scale is not None else "")
+             + (f"  skipped {s.skipped_steps}" if s.skipped_steps else ""))
+    return f"{first}\n  {memory}"
 
 
 def throughput_text(s: StepSample) -> str:

@@ -53,11 +53,20 @@ class LiveEvents:
             self._alert_panes[counter] = pane
             self.panes[pane].set_class(True, "-alert")
 
+    def _leak_forecast(self: Any, event: Event) -> None:
+        self.leak_banner.forecast(event.step, event.data)
+
     def _leak_cleared(self: Any, event: Event) -> None:
         self.leak_banner.cleared(event.step, event.data)
         pane = self._alert_panes.pop(str(event.data.get("counter")), None)
         if pane is not None and pane not in self._alert_panes.values():
             self.panes[pane].set_class(False, "-alert")
+
+    def _leak_culprit(self: Any, event: Event) -> None:
+        """The finder's answer: in its box, and a toast when it arrives live."""
+        self.culprit_box.show_culprits(event.step, event.data)
+        if not self.replaying:
+            self.notify(event.summary(), title="who holds memory", timeout=8)
 
     def _profile_started(self: Any, event: Event) -> None:
         self._profile_requested = False
@@ -122,6 +131,8 @@ LIVE_EVENTS: dict[str, Callable[[Any, Event], None]] = {
     R.ADMISSION: LiveEvents._admission,
     R.LEAK_SUSPECTED: LiveEvents._leak_suspected,
     R.LEAK_CLEARED: LiveEvents._leak_cleared,
+    R.LEAK_CULPRIT: LiveEvents._leak_culprit,
+    R.LEAK_FORECAST: LiveEvents._leak_forecast,
     R.PROFILE_STARTED: LiveEvents._profile_started,
     R.PROFILE_CANCELLED: LiveEvents._profile_cancelled,
     R.PROFILE_DONE: LiveEvents._profile_done,

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from probes import records as R
 from probes.records import StepSample
 from probes.tools.units import format_bytes
 
@@ -125,6 +126,13 @@ def _loss_note(sample: StepSample | None, started: Mapping[str, Any]) -> str | N
     return "none: inference" if started.get("mode") == "infer" else None
 
 
+def _named(pane_id: str, device_type: str) -> tuple[str, str]:
+    """(label, short) of a memory pane: the counter's one name at every width
+    (probes/records/names.py), the same in headless, the rank table, the ledger and the help."""
+    name = R.counter_name(pane_id, device_type)
+    return name, name
+
+
 def _both(label: str, short: str, help: str) -> dict[str, OnDevice]:
     """A pane that says the same on CPU and CUDA."""
     same = OnDevice(label, short, help)
@@ -136,13 +144,13 @@ PANES: tuple[PaneSpec, ...] = (
     PaneSpec(
         "allocated", "bytes",
         cpu=OnDevice(
-            "heap in use", "heap used",
+            *_named("allocated", "cpu"),
             "bytes malloc has handed out and not taken back (uordblks + hblkhd), the closest "
             "thing to allocated, read at the end of every step. It must come back to the same "
             "level after every step.",
             watches=("device_allocated", "host_heap")),
         cuda=OnDevice(
-            "allocated", "alloc",
+            *_named("allocated", "cuda"),
             "bytes held by live tensors (torch.cuda.memory_allocated), read at the end of every "
             "step, after the optimizer update. This is what your code controls: it must come "
             "back to the same level after every step, or something leaks.",
@@ -151,11 +159,11 @@ PANES: tuple[PaneSpec, ...] = (
     PaneSpec(
         "reserved", "bytes",
         cpu=OnDevice(
-            "heap held", "heap held",
+            *_named("reserved", "cpu"),
             "bytes malloc holds from the OS (arena + hblkhd), read with heap in use, ≥ heap in "
             "use. Freed memory stays here for reuse, like CUDA's reserved."),
         cuda=OnDevice(
-            "reserved", "reserved",
+            *_named("reserved", "cuda"),
             "bytes the caching allocator holds from the driver (memory_reserved), read with "
             "allocated, always ≥ allocated. Freed tensors return their blocks to this cache, "
             "not to the driver, so reserved stays high after a peak: that is reuse, not a leak.",
@@ -167,28 +175,30 @@ PANES: tuple[PaneSpec, ...] = (
     PaneSpec(
         "peak", "bytes",
         cpu=OnDevice(
-            "peak heap (sampled)", "peak (s)",
+            *_named("peak", "cpu"),
             "the largest heap-in-use value memtop saw, at the end of each step and after each "
-            "forward pass, since the reset after warmup. A sampled peak can miss a spike "
+            "forward pass, since the reset after warmup, leaving out the steps the profiler "
+            "traced (its buffers are not the model's). A sampled peak can miss a spike "
             "between two samples; CUDA keeps a true high-water mark, CPU does not."),
         cuda=OnDevice(
-            "peak allocated", "peak",
+            *_named("peak", "cuda"),
             "the allocator's high-water mark, reset at the start of every step and read at its "
             "end (that step's peak is what an OOM runs into; --max-memory watches it and "
-            "reserved); the pane shows the largest step peak since warmup, the mark that "
+            "reserved); the pane shows the largest step peak since warmup, leaving out the "
+            "steps the profiler traced, the mark that "
             "decides whether a bigger batch fits. All three come from one memory_stats read "
             "per step."),
         value=lambda s: s.peak_allocated_bytes),
     PaneSpec(
         "driver", "bytes",
         cpu=OnDevice(
-            "RSS", "RSS",
+            *_named("driver", "cpu"),
             "resident pages of the whole process (/proc/self/statm), read at the end of every "
             "step: the heap plus code, libraries, thread stacks and pages malloc has not given "
             "back. The CPU stand-in for nvidia-smi's driver-level number.",
             watches=("host_rss",)),
         cuda=OnDevice(
-            "NVML used", "NVML",
+            *_named("driver", "cuda"),
             "what the driver says this process uses, the number nvidia-smi shows: reserved "
             "plus the CUDA context and library workspaces (cuBLAS, cuDNN). Read every 0.5 s on "
             "its own thread (each step shows the latest reading); n/a when NVML is missing or "

@@ -20,7 +20,7 @@ from probes.analysis.ranks import failure_text, rank_ends, read_process_exits
 from probes.records import Record, StepSample
 from probes.runfolder import TORCHRUN_LOG, metrics_files
 from trainer.config import TrainConfig
-from trainer.exit_codes import EXIT_SIGINT, EXIT_SIGTERM
+from trainer.exit_codes import EXIT_FAILED, EXIT_MEMORY_GUARD, EXIT_OK, EXIT_SIGINT, EXIT_SIGTERM
 from trainer.launch import KILL_GRACE_S, RankLaunch, rank_threads
 from tui.headless import (
     HeadlessPrinter,
@@ -79,6 +79,14 @@ class RankFollower:
             self.source.close()
 
 
+def ranks_exit_code(run_dir: Path, code: int | None) -> int:
+    """One status for all ranks (trainer/exit_codes.py): a guard stop in any rank is 3, as
+    for one process, so a CI job can tell it from a failure; then a failure is 1."""
+    if any(e.guard_step is not None for e in rank_ends(run_dir)):
+        return EXIT_MEMORY_GUARD
+    return EXIT_FAILED if end_lines(run_dir, code)[1] else EXIT_OK
+
+
 def end_lines(run_dir: Path, code: int | None) -> tuple[list[str], bool]:
     """What the terminal hears once torchrun has ended, and whether a rank failed."""
     ends = rank_ends(run_dir)
@@ -86,6 +94,11 @@ def end_lines(run_dir: Path, code: int | None) -> tuple[list[str], bool]:
     lines = [f"memtop: rank {e.rank}: {e.steps} steps, "
              + (f"failed: {e.error}" if e.error else e.finished or "no run_finished row")
              for e in ends]
+    guarded = [e for e in ends if e.guard_step is not None]
+    if guarded:
+        lines.append("memtop: the memory guard (--max-memory) stopped "
+                     + ", ".join(f"rank {e.rank} at step {e.guard_step}" for e in guarded)
+                     + f"; exit status {EXIT_MEMORY_GUARD}")
     if text:
         lines.append(f"memtop: {text} (torchrun's output: {run_dir / TORCHRUN_LOG})")
     elif code:
@@ -133,14 +146,14 @@ def run_ranks_headless(config: TrainConfig, run_dir: Path, log_every: int = 10,
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     code = launch.poll()
-    lines, failed = end_lines(run_dir, code)
+    lines, _ = end_lines(run_dir, code)
     for line in lines:
         say(out, line)
     if metrics_files(run_dir):
         finish_run(run_dir, out)
     if received:
         return EXIT_SIGINT if received[0] == signal.SIGINT else EXIT_SIGTERM
-    return 1 if failed else 0
+    return ranks_exit_code(run_dir, code)
 
 
 class LaunchEnd:
@@ -188,7 +201,7 @@ class LaunchEnd:
         code = self.launch.poll()
         if code is None:
             return 0
-        return 1 if end_lines(self.run_dir, code)[1] else 0
+        return ranks_exit_code(self.run_dir, code)
 
     def shutdown(self, timeout_s: float, out: TextIO | None = None) -> None:
         self.stop()

@@ -23,7 +23,7 @@ _EXPORTS = {
                     ".compare.compare"),
     "DEFAULT_LOSS_TOLERANCE": ".compare.windows",
     **dict.fromkeys(("BaselineWatch", "load_baseline"), ".baseline"),
-    **dict.fromkeys(("RunSummary", "started_text", "summarize_run"), ".runlist"),
+    **dict.fromkeys(("RunSummary", "summarize_run"), ".runlist"),
     **dict.fromkeys(("RankEnd", "failure_text", "rank_ends", "read_process_exits", "spread"),
                     ".ranks"),
 }

@@ -4,7 +4,10 @@ window traced (its wait, warmup and active steps run slower and allocate more)."
 
 from __future__ import annotations
 
+import math
 from typing import Any
+
+from probes.tools.stats import percentile
 
 LOSS_WINDOW = 10  # steps in a "recent loss": the report's, and compare's loss agreement
 
@@ -24,3 +27,22 @@ def measured_steps(steps: list[dict[str, Any]], warmup: int) -> tuple[list[dict]
     if after:
         return after, f"steps after warmup ({warmup}); all of them were traced by the profiler"
     return steps, "all steps (none after warmup were recorded)"
+
+
+# (field of a step row, its unit): a run's throughput is the first of these its rows carry
+RATE_FIELDS = (("tokens_per_s", "tok/s"), ("samples_per_s", "samples/s"))
+
+
+def throughput_p50(steps: list[dict[str, Any]], warmup: int) -> tuple[float | None, str]:
+    """The one throughput figure of a run, used by every command (the report, `memtop runs`,
+    a rank's part of "together"): the median over measured_steps of tokens/s, else samples/s,
+    else steps/s. Never the last step's: a single step swings ±10% on a shared machine."""
+    rows, _ = measured_steps(steps, warmup)
+    for field, unit in RATE_FIELDS:
+        values = [v for v in (r.get(field) for r in rows)
+                  if isinstance(v, (int, float)) and math.isfinite(v) and v > 0]
+        if values:
+            return percentile(values, 50), unit
+    rates = [1000.0 / v for v in (r.get("step_ms") for r in rows)
+             if isinstance(v, (int, float)) and math.isfinite(v) and v > 0]
+    return (percentile(rates, 50) if rates else None), "steps/s"

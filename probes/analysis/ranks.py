@@ -35,6 +35,7 @@ class RankEnd:
     error_step: int | None
     pid: int | None
     unreadable: int  # lines that are not a valid row (a cut last line included)
+    guard_step: int | None = None  # the step at which --max-memory's guard stopped this rank
 
     @property
     def ok(self) -> bool:
@@ -60,7 +61,7 @@ def rank_ends(run_dir: Path) -> list[RankEnd]:
             continue
         steps = rows.steps
         finished = error = None
-        error_step = pid = None
+        error_step = pid = guard_step = None
         for e in rows.events:
             if e["event"] == "run_finished":
                 finished = str(e.get("reason") or "finished")
@@ -69,8 +70,10 @@ def rank_ends(run_dir: Path) -> list[RankEnd]:
                 error_step = e.get("step")
             elif e["event"] == "run_started" and isinstance(e.get("pid"), int):
                 pid = e["pid"]
+            elif e["event"] == "memory_guard":
+                guard_step = e.get("step")
         out.append(RankEnd(rank or 0, len(steps), max((r["step"] for r in steps), default=0),
-                           finished, error, error_step, pid, rows.bad))
+                           finished, error, error_step, pid, rows.bad, guard_step))
     return out
 
 

@@ -8,14 +8,15 @@ belong to another process by now or to another host.
 from __future__ import annotations
 
 import contextlib
-import time
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from probes.analysis.measured import throughput_p50
 from probes.control.unix_socket import NotLive
 from probes.control.unix_socket import request as send_request
 from probes.records import StepSample, record_from_json
-from probes.runfolder import CONFIG, metrics_files, read_history, socket_name
+from probes.runfolder import CONFIG, REPORT_JSON, metrics_files, read_history, socket_name
 from probes.runfolder.state import RunState
 
 
@@ -28,20 +29,42 @@ class RunSummary:
     device: str | None
     amp: str | None
     started_at: float | None  # seconds since the epoch (config.json's mtime)
-    throughput: float | None  # the last step's tokens/s (else samples/s, else steps/s), summed
-    # over ranks when several wrote the run
+    throughput: float | None  # throughput_p50 (probes/analysis/measured.py): the report's
+    # figure, summed over ranks when several wrote the run (a live run: over its last
+    # TAIL_STEPS steps)
     throughput_unit: str  # "tok/s", "samples/s" or "steps/s"
     peak_bytes: int | None  # the last step's peak counter (allocated on CUDA, heap on CPU);
     # the highest rank's when several wrote the run
     reason: str | None  # why it stopped or failed
 
 
-def _throughput(s: StepSample) -> tuple[float | None, str]:
-    if s.tokens_per_s is not None:
-        return s.tokens_per_s, "tok/s"
-    if s.samples_per_s is not None:
-        return s.samples_per_s, "samples/s"
-    return (1000.0 / s.step_ms if s.step_ms else None), "steps/s"
+TAIL_STEPS = 512  # a run without a report: its throughput over the last this many steps
+
+
+def _throughput(path: Path, warmup: int) -> tuple[float | None, str]:
+    """One rank's throughput_p50 over the rows read quickly (the last TAIL_STEPS)."""
+    with contextlib.suppress(OSError, ValueError):
+        hist = read_history(path, keep_last=TAIL_STEPS, chart_points=1)
+        return throughput_p50([r for r in hist.rows if "event" not in r], warmup)
+    return None, "tok/s"
+
+
+def _report_throughput(run_dir: Path) -> tuple[float | None, str] | None:
+    """The report's own figure (every rank's together for DDP), when report.json has one."""
+    try:
+        report = json.loads((run_dir / REPORT_JSON).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(report, dict) or not report.get("complete", True):
+        return None
+    together = ((report.get("ranks") or {}).get("global_batch") or {}).get("tokens_per_s") \
+        if isinstance(report.get("ranks"), dict) else None
+    results = report.get("results") if isinstance(report.get("results"), dict) else {}
+    for value, unit in ((together, "tok/s"), (results.get("tokens_per_s_p50"), "tok/s"),
+                        (results.get("samples_per_s_p50"), "samples/s")):
+        if isinstance(value, (int, float)) and value > 0:
+            return float(value), unit
+    return None
 
 
 def _live(run_dir: Path, rank: int | None) -> bool:
@@ -74,15 +97,17 @@ def summarize_run(run_dir: Path, ping: bool = True) -> RunSummary:
         elif outcome == "live":
             outcome = "interrupted"  # no run_finished and nobody answers
     last = state.last_sample
-    value, unit = _throughput(last) if last is not None else (None, "tok/s")
+    warmup = _warmup(run_dir)
+    from_report = _report_throughput(run_dir) if outcome != "live" else None
+    value, unit = from_report or (_throughput(files[rank], warmup) if files else (None, "tok/s"))
     reason = state.error or (state.stop_reason if outcome not in ("live", "finished") else None)
     peak = last.peak_allocated_bytes if last is not None else None
     if len(files) > 1:  # several ranks: all ranks' throughput, the highest peak, who failed
         lasts = [_last_sample(path) for path in files.values()]
-        if all(s is not None for s in lasts):
-            rates = [_throughput(s) for s in lasts if s is not None]
-            if all(v is not None for v, _ in rates):
-                value = sum(v for v, _ in rates if v is not None)
+        if from_report is None:
+            rates = [_throughput(path, warmup) for path in files.values()]
+            value = sum(v for v, _ in rates if v is not None) \
+                if all(v is not None for v, _ in rates) else None
         peaks = [s.peak_allocated_bytes for s in lasts
                  if s is not None and s.peak_allocated_bytes is not None]
         peak = max(peaks) if peaks else peak
@@ -97,6 +122,14 @@ def summarize_run(run_dir: Path, ping: bool = True) -> RunSummary:
                       peak, reason)
 
 
+def _warmup(run_dir: Path) -> int:
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        warmup = json.loads((run_dir / CONFIG).read_text(encoding="utf-8")).get("warmup_steps")
+        if isinstance(warmup, int) and warmup >= 0:
+            return warmup
+    return 0
+
+
 def _last_sample(path: Path) -> StepSample | None:
     with contextlib.suppress(OSError, ValueError):
         hist = read_history(path, keep_last=1, chart_points=1)
@@ -104,9 +137,3 @@ def _last_sample(path: Path) -> StepSample | None:
             if "event" not in row:
                 return StepSample.from_json(row)
     return None
-
-
-def started_text(t: float | None) -> str:
-    return time.strftime("%Y-%m-%d %H:%M", time.localtime(t)) if t is not None else "n/a"
-
-

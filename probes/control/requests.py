@@ -14,7 +14,7 @@ from dataclasses import dataclass
 # What may be requested. Explicit verbs, not toggles: two viewers pressing `p` at once must not
 # open and cancel the same window.
 REQUESTS = ("profile", "profile_cancel", "leak_start", "leak_stop", "pause", "resume",
-            "report", "stop", "memory_snapshot")
+            "report", "stop", "memory_snapshot", "who_holds")
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,7 @@ class RunControl:
         self._queue: list[Request] = []
         self.stop_reason: str | None = None
         self.urgent = False  # the process is leaving (a signal, the terminal gone): no waiting
+        self.paused_by: str | None = None  # who asked for the pause in effect
 
     # requests ----------------------------------------------------------------------------------
     def submit(self, request: Request) -> None:
@@ -74,7 +75,10 @@ class RunControl:
         self.submit(Request("leak_stop", source=source))
 
     # pause / stop: acted on at once by the waiting trainer --------------------------------------
-    def pause(self) -> None:
+    def pause(self, source: str = "keyboard") -> None:
+        """Pause at the next boundary; ``source`` (keyboard, viewer pid N, socket...) is what
+        the paused event says paused it."""
+        self.paused_by = source
         self._running.clear()
 
     def resume(self) -> None:

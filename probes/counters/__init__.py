@@ -27,8 +27,11 @@ _EXPORTS = {
                     ".cudamem"),
     **dict.fromkeys(("NvmlPoller", "NvmlReading", "candidate_uuids", "index_fallback"),
                     ".nvml"),
-    **dict.fromkeys(("RssReader", "host_info", "host_ram_bytes", "memtop_version"), ".host"),
+    **dict.fromkeys(("RssReader", "host_available_bytes", "host_info", "host_ram_bytes",
+                     "memtop_version"), ".host"),
     "system_info": ".sysinfo",
+    **dict.fromkeys(("FillForecast", "FillTracker", "fill_forecast", "filling_counter"),
+                    ".fill"),
 }
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -62,6 +62,19 @@ def host_ram_bytes() -> int | None:
         return None
 
 
+def host_available_bytes() -> int | None:
+    """RAM the kernel can still hand out without swapping (MemAvailable), for every process
+    of the host together: what a growing run (or several ranks on one host) will fill."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 def _version(dist: str) -> str | None:
     try:
         return metadata.version(dist)

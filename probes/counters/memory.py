@@ -143,19 +143,24 @@ class MemoryProbe:
         if heap is not None and (self._step_peak is None or heap[0] > self._step_peak):
             self._step_peak = heap[0]
 
-    def _fold(self, step_peak: int | None) -> int | None:
+    def _fold(self, step_peak: int | None, count: bool = True) -> int | None:
+        if not count:
+            return self._run_peak
         if step_peak is not None and (self._run_peak is None or step_peak > self._run_peak):
             self._run_peak = step_peak
         return self._run_peak
 
-    def read(self) -> MemoryReading:
+    def read(self, count_peak: bool = True) -> MemoryReading:
+        """The step's end. ``count_peak`` False (a step the profiler traced: see
+        probes/records/step.py ``counts_toward_peak``) keeps its high-water mark out of the
+        run's peak; the step's own peak is still in ``step_peak_allocated_bytes``."""
         rss = self._rss.read()
         if self.is_cuda:
             st = read_stats(self.device)
             if st is None:
                 return MemoryReading(None, None, None, rss)
             return MemoryReading(st.allocated_bytes, st.reserved_bytes,
-                                 self._fold(st.peak_allocated_bytes), rss,
+                                 self._fold(st.peak_allocated_bytes, count_peak), rss,
                                  step_peak_allocated_bytes=st.peak_allocated_bytes,
                                  inactive_split_bytes=st.inactive_split_bytes,
                                  alloc_retries=st.alloc_retries, ooms=st.ooms)
@@ -165,7 +170,7 @@ class MemoryProbe:
         allocated, reserved = heap
         if self._step_peak is None or allocated > self._step_peak:
             self._step_peak = allocated
-        return MemoryReading(allocated, reserved, self._fold(self._step_peak), rss,
+        return MemoryReading(allocated, reserved, self._fold(self._step_peak, count_peak), rss,
                              step_peak_allocated_bytes=self._step_peak)
 
     def close(self) -> None:

@@ -50,7 +50,10 @@ class RunContext:
     model_shape: GPTShape | None = None
     config: Mapping[str, Any] = field(default_factory=dict)  # config.json's content
     rank: int | None = None  # under torchrun: this process's rank
+    max_memory_bytes: int | None = None  # --max-memory: the limit the guard stops before
     urgent: Callable[[], bool] = lambda: False  # the run is ending in a hurry (close(): no waits)
+    offer: Callable[[str, Callable[[int], object]], None] | None = None  # act on a request kind
+    memory_history: str = "off"  # CUDA allocation history as run_started says ("off" or on)
 
 
 @dataclass

@@ -27,6 +27,7 @@ sawtooth) is reported, and cleared when it is released: it is a leak for that lo
 
 from __future__ import annotations
 
+import os
 import statistics
 from collections import deque
 from collections.abc import Sequence
@@ -34,11 +35,13 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from probes import records as R
-from probes.counters.host import host_ram_bytes
+from probes.counters.fill import FillForecast, FillTracker, filling_counter
+from probes.counters.host import host_available_bytes
 from probes.counters.memory import heap_counters
 from probes.instruments.hooks import RunContext, StepHook, StepTensors
+from probes.instruments.leakcause import likely_cause
 from probes.records import Event, StepSample
-from probes.tools.units import format_bytes
+from probes.tools.stats import theil_sen_slope
 
 _MAD_TO_SIGMA = 1.4826  # median absolute deviation -> standard deviation for normal noise
 _SQRT3 = 3 ** 0.5
@@ -101,13 +104,6 @@ class LeakCleared:
     step: int  # the step at which the alert was cleared
     since_step: int  # the first step that no longer grew
     alert: LeakAlert
-
-
-def theil_sen_slope(xs: Sequence[float], ys: Sequence[float]) -> float:
-    """Median of the pairwise slopes: a straight-line fit that a few outliers do not move."""
-    slopes = [(ys[j] - ys[i]) / (xs[j] - xs[i])
-              for i in range(len(xs)) for j in range(i + 1, len(xs)) if xs[j] != xs[i]]
-    return statistics.median(slopes) if slopes else 0.0
 
 
 def _deltas(points: Sequence[tuple[int, int]]) -> list[float]:
@@ -237,37 +233,14 @@ class LeakDetector:
         return LeakCleared(counter=self.counter, step=step, since_step=since, alert=alert)
 
 
-# the likely cause --------------------------------------------------------------------------------
-GRAPH_FIX = "log loss.item() or keep loss.detach(), never the loss tensor itself"
-TENSOR_FIX = ("move what you keep off the device (.detach().cpu()) or drop it; a kept tensor that "
-              "still has a grad_fn also keeps its graph alive")
-HOST_TENSOR_FIX = ("drop what you keep, or keep only what you need (a float from .item(), a small "
-                   "detached slice); a kept tensor that still has a grad_fn also keeps its graph")
-
-
-def likely_cause(counter: str, bytes_per_step: float,
-                 output_bytes: int | None) -> tuple[str, str]:
-    """("graph" | "tensors", hint) from the growth rate and one step's output (logits) size.
-
-    A kept output tensor grows memory by a whole multiple of its size each step; a retained
-    autograd graph grows the host heap by many small objects (~150 KiB/step for the default
-    model), not tensor-sized. This is a guess from sizes alone, so the hint says "likely".
-    """
-    rate = format_bytes(bytes_per_step)
-    if output_bytes:
-        ratio = bytes_per_step / output_bytes
-        if ratio >= 0.9 and abs(ratio - round(ratio)) <= 0.15:
-            times = f"{round(ratio)}×" if round(ratio) > 1 else "about"
-            fix = TENSOR_FIX if counter == "device_allocated" else HOST_TENSOR_FIX
-            return "tensors", (f"tensors accumulating, likely: {rate}/step is {times} the size of "
-                               f"one step's output ({format_bytes(output_bytes)}); {fix}")
-    if counter != "device_allocated":  # host memory: small objects are graph nodes
-        size = f", far less than one step's output ({format_bytes(output_bytes)})" if (
-            output_bytes and bytes_per_step < 0.9 * output_bytes) else ""
-        return "graph", (f"a retained autograd graph, likely: {rate}/step of small host "
-                         f"objects{size}, as when losses.append(loss) keeps each step's graph; "
-                         f"{GRAPH_FIX}")
-    return "tensors", f"tensors accumulating on the device, likely: {rate}/step; {TENSOR_FIX}"
+def forecast_fields(fc: FillForecast | None) -> dict[str, Any]:
+    """A forecast as event fields (leak_suspected, leak_forecast); None values without one."""
+    if fc is None:
+        return {"fill_counter": None, "limit_name": None, "capacity_bytes": None,
+                "fill_bytes_per_step": None, "steps_to_full": None, "seconds_to_full": None}
+    return {"fill_counter": fc.counter, "limit_name": fc.limit_name,
+            "capacity_bytes": fc.room_bytes, "fill_bytes_per_step": int(round(fc.bytes_per_step)),
+            "steps_to_full": fc.steps_to_full, "seconds_to_full": fc.seconds_to_full}
 
 
 # the hook ----------------------------------------------------------------------------------------
@@ -288,6 +261,8 @@ class LeakWatch(StepHook):
     ``host_heap_every`` times more steps later. The device series is fed every step.
     """
 
+    FORECAST_EVERY_S = 3.0  # while an alert is open, its time to full is recomputed this often
+
     def __init__(self, config: LeakDetectorConfig | None = None, settle_steps: int = 3,
                  pause_gap_s: float = 1.0, host_heap_every: int = 10) -> None:
         if settle_steps < 0:
@@ -307,9 +282,13 @@ class LeakWatch(StepHook):
         self._warmup = 0
         self._settle_until = 0
         self._prev_time_s: float | None = None
-        self._intervals: deque[float] = deque(maxlen=32)
         self._is_cuda = False
-        self._host_total: int | None = None
+        self._available_at_s: float | None = None  # when MemAvailable was last read
+        self._available: int | None = None
+        self.fill = FillTracker()  # the counter that fills the limit (probes/counters/fill.py)
+        self._limit: int | None = None
+        self._sharers = 1
+        self._forecast_at_s: float | None = None
 
     def setup(self, ctx: RunContext) -> None:
         super().setup(ctx)
@@ -318,13 +297,16 @@ class LeakWatch(StepHook):
         host = "host_heap" if heap_counters() is not None else "host_rss"  # RSS: not glibc
         counters = ("device_allocated", host) if self._is_cuda else (host,)
         self.detectors = {name: LeakDetector(name, self.config) for name in counters}
-        self._host_total = host_ram_bytes() if self._is_cuda else ctx.device_total_bytes
+        self._limit = ctx.max_memory_bytes
+        # ranks on one host fill its RAM together; a GPU is one rank's (or --max-memory is)
+        local = os.environ.get("LOCAL_WORLD_SIZE", "1")
+        self._sharers = int(local) if (local.isdigit() and not self._is_cuda
+                                       and self._limit is None) else 1
 
     def end_step(self, step: int, tensors: StepTensors, sample: StepSample) -> None:
         gap_s = None
         if self._prev_time_s is not None:
             gap_s = sample.time_s - self._prev_time_s - sample.step_ms / 1000.0
-        interval = None if self._prev_time_s is None else sample.time_s - self._prev_time_s
         self._prev_time_s = sample.time_s
         if sample.profiling:
             self._settle_until = step + self.settle_steps
@@ -335,8 +317,6 @@ class LeakWatch(StepHook):
         if gap_s is not None and gap_s > self.pause_gap_s:
             self.pauses_seen += 1
             self._gap()  # paused: the next delta starts after the pause
-        elif interval is not None:
-            self._intervals.append(interval)
         values = {"device_allocated": sample.allocated_bytes, "host_heap": sample.allocated_bytes,
                   "host_rss": sample.host_rss_bytes}
         if self._is_cuda:
@@ -347,6 +327,8 @@ class LeakWatch(StepHook):
                 values["host_heap"] = _NOT_READ  # not this step's turn: no point, no gap
         output_bytes = (tensors.output.numel() * tensors.output.element_size()
                         if tensors.output is not None else None)
+        where = self._where(sample)
+        self.fill.feed(step, sample.time_s, where[2] if where else None)
         for name, detector in self.detectors.items():
             value = values[name]
             if value is _NOT_READ:
@@ -358,10 +340,49 @@ class LeakWatch(StepHook):
             if isinstance(result, LeakAlert):
                 self._suspected(result, sample, output_bytes)
             elif isinstance(result, LeakCleared):
-                self.alerts.pop(name, None)
+                alert = self.alerts.pop(name, None) or {}
                 self.ctx.emit(Event(R.LEAK_CLEARED, step, self.ctx.elapsed_s(), {
                     "counter": name, "since_step": result.since_step,
-                    "alert_step": result.alert.step}))
+                    "alert_step": result.alert.step, "host_rss_bytes": sample.host_rss_bytes,
+                    "alert_rss_bytes": alert.get("host_rss_bytes")}))
+        self._maybe_forecast(step, sample)
+
+    def _where(self, sample: StepSample) -> tuple[str, str, int, int] | None:
+        return filling_counter(
+            "cuda" if self._is_cuda else "cpu", self._limit, rss_bytes=sample.host_rss_bytes,
+            reserved_bytes=sample.reserved_bytes, driver_used_bytes=sample.driver_used_bytes,
+            device_total_bytes=self.ctx.device_total_bytes,
+            host_available=None if self._is_cuda or self._limit else
+            self._host_available(sample.time_s))
+
+    def _host_available(self, now_s: float) -> int | None:
+        """MemAvailable, read at most once a second: /proc/meminfo costs ~50 µs, the step
+        path's whole budget (issue 28), and the room it gives changes slowly."""
+        if self._available_at_s is None or now_s - self._available_at_s >= 1.0:
+            self._available_at_s, self._available = now_s, host_available_bytes()
+        return self._available
+
+    def forecast(self, sample: StepSample, alert: dict[str, Any] | None = None
+                 ) -> FillForecast | None:
+        """Time to full of the counter that fills the limit, at its rate now (since the leak
+        began, when it began inside the window, and never slower than the leak itself)."""
+        alert = alert or {}
+        return self.fill.forecast(self._where(sample), self._sharers, alert.get("since_step"),
+                                  float(alert.get("bytes_per_step") or 0.0))
+
+    def _maybe_forecast(self, step: int, sample: StepSample) -> None:
+        """While an alert is open, recompute its time to full every few seconds."""
+        if not self.alerts:
+            return
+        if (self._forecast_at_s is not None
+                and sample.time_s - self._forecast_at_s < self.FORECAST_EVERY_S):
+            return
+        self._forecast_at_s = sample.time_s
+        for counter, alert in self.alerts.items():
+            data = forecast_fields(self.forecast(sample, alert))
+            alert.update(data)
+            self.ctx.emit(Event(R.LEAK_FORECAST, step, self.ctx.elapsed_s(),
+                                {"counter": counter, **data}))
 
     def between_steps(self, kind: str) -> None:
         """An evaluation or a checkpoint save ran since the last step: the steps on either side
@@ -369,29 +390,20 @@ class LeakWatch(StepHook):
         self._gap()
 
     def _gap(self) -> None:
+        self.fill.mark_gap()
         for detector in self.detectors.values():
             detector.mark_gap()
 
     def _suspected(self, alert: LeakAlert, sample: StepSample, output_bytes: int) -> None:
-        if alert.counter == "device_allocated":
-            total = self.ctx.device_total_bytes
-            used = sample.driver_used_bytes or sample.reserved_bytes or alert.value_bytes
-        else:
-            total = self._host_total
-            used = sample.host_rss_bytes or alert.value_bytes
-        capacity = max(0, total - max(used, alert.value_bytes)) if total else None
-        steps_left = int(capacity / alert.bytes_per_step) if capacity is not None else None
-        per_step_s = statistics.median(self._intervals) if self._intervals else None
-        seconds_left = (round(steps_left * per_step_s, 1)
-                        if steps_left is not None and per_step_s else None)
+        self._forecast_at_s = sample.time_s
         cause, hint = likely_cause(alert.counter, alert.bytes_per_step, output_bytes)
         data = {
             "counter": alert.counter, "bytes_per_step": int(round(alert.bytes_per_step)),
             "since_step": alert.since_step, "window_steps": alert.window_steps,
-            "capacity_bytes": capacity, "steps_to_full": steps_left,
-            "seconds_to_full": seconds_left, "hint": hint, "likely_cause": cause,
+            "hint": hint, "likely_cause": cause, "host_rss_bytes": sample.host_rss_bytes,
         }
-        self.alerts[alert.counter] = data
+        data.update(forecast_fields(self.forecast(sample, data)))
+        self.alerts[alert.counter] = dict(data)  # updated by forecasts; the event is not
         self.ctx.emit(Event(R.LEAK_SUSPECTED, alert.step, self.ctx.elapsed_s(), data))
 
     def stats(self) -> dict[str, Any]:

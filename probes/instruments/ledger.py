@@ -300,11 +300,12 @@ class Ledger(StepHook):
                             "oneDNN bookkeeping, leaks" if cpu else
                             "batch, buffers, workspaces, logits, leaks")))
         cache = reserved - allocated if reserved is not None and allocated is not None else None
-        lines.append(_line("allocator cache", cache, None, "reserved − allocated",
+        lines.append(_line(R.CACHE_LINE["cpu" if cpu else "cuda"], cache, None,
+                           "reserved − allocated",
                            "free bytes glibc keeps from the OS" if cpu else
                            "cached blocks; empty_cache() returns them but is no fix"))
         total = sum(ln["measured_bytes"] or 0 for ln in lines if ln["name"] not in (
-            "runtime heap at start", "other / temporaries", "allocator cache"))
+            "runtime heap at start", "other / temporaries", *R.CACHE_LINE.values()))
         return {
             "lines": lines, "total_measured_bytes": total, "allocated_bytes": allocated,
             "reserved_bytes": reserved, "sampled_step": p["step"],

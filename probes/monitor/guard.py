@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from probes import records as R
+from probes.counters.fill import FillForecast, FillTracker, filling_counter
 from probes.counters.memory import MemoryReading, guard_trip
 from probes.tools.units import format_bytes
 
@@ -14,7 +15,11 @@ from probes.tools.units import format_bytes
 class MemoryGuard:
     """Checked after every step's reading, and once before the first step (a limit the run is
     already over stops it before it trains). On CUDA it watches this step's peak (an OOM
-    happens mid-step) and reserved (the cache must grow to allocate); host RSS on CPU."""
+    happens mid-step) and reserved (the cache must grow to allocate); host RSS on CPU.
+
+    Its time to full is the leak banner's (probes/counters/fill.py): the same counter (reserved
+    or RSS against the limit), the same fitted rate; it stops when the last step's growth or
+    that rate would pass the limit within one step."""
 
     def __init__(self, limit_bytes: int | None, device_type: str,
                  emit: Callable[[str, int, dict[str, Any]], Any],
@@ -23,23 +28,40 @@ class MemoryGuard:
         self.device_type = device_type
         self._emit, self._stop = emit, stop
         self._prev: dict[str, int | None] | None = None
+        self.fill = FillTracker()
+        self.forecast: FillForecast | None = None  # the latest, None without a limit
 
-    def check(self, step: int, reading: MemoryReading) -> bool:
-        """True when it stopped the run (step 0: before the first step)."""
+    def check(self, step: int, reading: MemoryReading, time_s: float | None = None) -> bool:
+        """True when it stopped the run (step 0: before the first step); ``time_s`` (the
+        run's clock at the end of the step) times the forecast."""
         if self.device_type == "cuda":
             watched = {"device step peak": reading.step_peak_allocated_bytes,
                        "device reserved": reading.reserved_bytes}
         else:
             watched = {"host RSS": reading.host_rss_bytes}
         prev, self._prev = self._prev, watched
+        if self.limit_bytes is None:
+            return False
+        where = filling_counter(self.device_type, self.limit_bytes,
+                                rss_bytes=reading.host_rss_bytes,
+                                reserved_bytes=reading.reserved_bytes, driver_used_bytes=None,
+                                device_total_bytes=None, host_available=None)
+        if step > 0 and time_s is not None:
+            self.fill.feed(step, time_s, where[2] if where else None)
+        self.forecast = self.fill.forecast(where)
         trip = guard_trip(watched, prev, self.limit_bytes)
+        fc = self.forecast
+        if trip is None and fc is not None and fc.steps_to_full == 0:
+            trip = (fc.counter, fc.value_bytes, int(fc.bytes_per_step))  # the fitted rate
         if trip is None:
             return False
         counter, value, growth = trip
         limit = self.limit_bytes
-        self._emit(R.MEMORY_GUARD, step, {"counter": counter, "watched_bytes": value,
-                                          "limit_bytes": limit,
-                                          "growth_bytes_per_step": growth})
+        self._emit(R.MEMORY_GUARD, step, {
+            "counter": counter, "watched_bytes": value, "limit_bytes": limit,
+            "growth_bytes_per_step": growth,
+            "steps_to_full": fc.steps_to_full if fc else None,
+            "seconds_to_full": fc.seconds_to_full if fc else None})
         if step == 0:
             why = (f"memory guard: {counter} is {format_bytes(value)} before the first step, "
                    f"already over --max-memory {format_bytes(limit)}; nothing was trained")

@@ -40,6 +40,7 @@ from probes.counters.nvml import NvmlPoller
 from probes.instruments.hints import HintWatch
 from probes.instruments.hooks import GPTShape, StepHook, StepTensors
 from probes.instruments.phases import PhaseClock
+from probes.monitor.forward_hook import ForwardCounter
 from probes.monitor.guard import MemoryGuard
 from probes.monitor.session import RunSession
 from probes.monitor.setup import (
@@ -210,8 +211,9 @@ class Monitor:
         self.profiler = next((h for h in self.hooks if hasattr(h, "open_window")), None)
         self.ctx = session.context(model, optimizer, scaler, self._amp,
                                    warmup_steps=warmup_steps, max_steps=max_steps,
-                                   model_shape=model_shape, config=dict(config or {}))
-        self._forward_hook = model.register_forward_hook(self._on_forward)
+                                   model_shape=model_shape, config=dict(config or {}),
+                                   max_memory_bytes=max_memory_bytes)
+        self._forward_hook = model.register_forward_hook(ForwardCounter(model, self._on_forward))
         self.phases = PhaseClock(model, optimizer, device, own_forward_hook=False) \
             if step_split else None
         for hook in self.hooks:
@@ -371,7 +373,7 @@ class Monitor:
             if error is not None:
                 raise error
         self._scale_watch.update(scale)
-        reading = self.memory.read()
+        reading = self.memory.read(count_peak=not self._tracing)  # records.counts_toward_peak
         if step == self.warmup_steps:
             self.memory.reset_peak()  # set-up and first-step allocations leave the run's peak
         sample = self.session.step_sample(
@@ -389,7 +391,7 @@ class Monitor:
         for hook in self.hooks:
             hook.end_step(step, tensors, sample)
         self.session.step = step
-        self.guard.check(step, reading)
+        self.guard.check(step, reading, sample.time_s)
         if not self.should_stop and (self.max_steps == 0 or step < self.max_steps):
             self._boundary(step + 1)  # requests and pauses, before the loop's next step
         if self.phases is not None:

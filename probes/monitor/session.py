@@ -111,7 +111,8 @@ class RunSession:
         return RunContext(model, optimizer, scaler, self.device, amp, self.run_dir, self.memory,
                           self.recorder.publish, self.recorder.elapsed_s,
                           self.device_total_bytes, rank=self.rank,
-                          urgent=lambda: self.control.urgent, **options)
+                          urgent=lambda: self.control.urgent, offer=self.offer,
+                          memory_history=self.memory_history, **options)
 
     def offer(self, kind: str, handler: Callable[[int], object]) -> None:
         """Act on request ``kind`` at a step boundary with ``handler(step about to run)``;
@@ -197,7 +198,8 @@ class RunSession:
         for req in self.control.take_due(step):
             self.act(req, step)
         if self.control.paused and not self.control.stop_requested:
-            self.emit(R.PAUSED, step - 1, {})
+            self.emit(R.PAUSED, step - 1,
+                      {"source": self.control.paused_by or "keyboard"})
             t0 = time.perf_counter()
             self.control.wait_while_paused()
             self.emit(R.RESUMED, step - 1, {"paused_s": time.perf_counter() - t0})
@@ -210,7 +212,7 @@ class RunSession:
         self.emit(R.CONTROL, step - 1, {"request": req.kind, "source": req.source,
                                         "at_step": req.at_step})
         if req.kind == "pause":
-            self.control.pause()
+            self.control.pause(req.source)
         elif req.kind == "resume":
             self.control.resume()
         elif req.kind == "stop":

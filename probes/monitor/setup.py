@@ -76,9 +76,11 @@ def default_hooks(*, profiler: bool = True, profile_schedule: tuple[int, int, in
                                     profile_memory=profile_memory,
                                     record_shapes=profile_record_shapes))
     if leak_watch:
+        from probes.instruments.culprits.finder import CulpritFinder
         from probes.instruments.leak import LeakWatch
 
-        hooks.append(LeakWatch())
+        watch = LeakWatch()
+        hooks += [watch, CulpritFinder(watch)]  # the finder looks when the watch alerts
     hooks.extend(extra)
     if ledger:
         from probes.instruments.ledger import Ledger

@@ -8,6 +8,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from probes.records.culprits import LEAK_CULPRIT_FIELDS, culprit_summary
+from probes.records.forecast import fill_text
 from probes.records.step import StepSample
 from probes.records.values import clean, finite_num, is_int, short_text
 from probes.tools.units import format_bytes, format_estimate
@@ -69,7 +71,8 @@ class Event:
 Record = StepSample | Event
 
 # Fields too big for one line of text (they stay in metrics.jsonl and the report).
-BULKY_FIELDS = frozenset({"traceback", "top_ops", "system", "lines", "model", "phases"})
+BULKY_FIELDS = frozenset({"traceback", "top_ops", "system", "lines", "model", "phases",
+                          "culprits"})
 
 
 def incomplete(event: str, data: Mapping[str, Any]) -> str | None:
@@ -115,6 +118,7 @@ PROFILE_DONE = "profile_done"
 PROFILE_CANCELLED = "profile_cancelled"
 LEAK_SUSPECTED = "leak_suspected"
 LEAK_CLEARED = "leak_cleared"
+LEAK_FORECAST = "leak_forecast"
 LEAK_DEMO_STARTED = "leak_demo_started"
 LEAK_DEMO_STOPPED = "leak_demo_stopped"
 LEDGER = "ledger"
@@ -131,6 +135,7 @@ ADMISSION = "admission"
 CACHE_BASELINE = "cache_baseline"
 EVALUATE = "evaluate"
 SAVE = "save"
+LEAK_CULPRIT = "leak_culprit"
 
 _OP_FIELDS = {"name": "str", "calls": "int", "self_cpu_us": "num", "cpu_total_us": "num",
               "self_device_us": "num", "device_total_us": "num", "cpu_memory_bytes": "int",
@@ -140,7 +145,9 @@ _LEAK_FIELDS: dict[str, Any] = {
     "counter": "str", "kind": "str", "bytes_per_step": "num", "growth_bytes_per_step": "num",
     "since_step": "int", "seconds_to_full": "num", "steps_to_full": "num",
     "capacity_bytes": "int", "hint": "str", "likely_cause": "str", "alert_step": "int",
-    "released_tensors": "int", "watched_bytes": "int", "limit_bytes": "int"}
+    "released_tensors": "int", "watched_bytes": "int", "limit_bytes": "int",
+    "fill_counter": "str", "limit_name": "str", "fill_bytes_per_step": "num",
+    "host_rss_bytes": "int", "alert_rss_bytes": "int"}
 
 
 def _started(d: Mapping[str, Any]) -> str:
@@ -202,6 +209,9 @@ def _baseline(d: Mapping[str, Any]) -> str:
 def _leak(d: Mapping[str, Any]) -> str:
     rate = format_bytes(d.get("bytes_per_step"))
     text = f"{d.get('counter')} grows {rate}/step since step {d.get('since_step')}"
+    fill = fill_text(d)
+    if fill:
+        text += f"; {fill}"
     if d.get("hint"):
         text += f"; {d['hint']}"
     return text
@@ -290,9 +300,15 @@ _KINDS = (
     EventKind(LEAK_SUSPECTED, "sustained growth of end-of-step memory", _LEAK_FIELDS,
               summary=_leak,
               required=("counter", "bytes_per_step", "since_step")),
+    EventKind(LEAK_CULPRIT, "what grew between two looks and what holds it (the finder)",
+              LEAK_CULPRIT_FIELDS, summary=culprit_summary,
+              required=("culprits", "steps")),
     EventKind(LEAK_CLEARED, "the grown counter is flat again", _LEAK_FIELDS,
               summary=lambda d: f"{d.get('counter')} flat since step {d.get('since_step')}",
               required=("counter", "since_step")),
+    EventKind(LEAK_FORECAST, "an open leak alert's time to full, recomputed every few seconds",
+              _LEAK_FIELDS, summary=lambda d: f"{d.get('counter')}: {fill_text(d) or 'n/a'}",
+              required=("counter",)),
     EventKind(LEAK_DEMO_STARTED, "the leak demo started keeping tensors", _LEAK_FIELDS,
               summary=lambda d: f"{d.get('kind')}: {d.get('hint', '')}",
               required=("kind",)),

@@ -169,3 +169,15 @@ _GET_ALL = operator.attrgetter(*_STEP_FIELDS)
 _GET_TRAINING = operator.attrgetter(*STEP_FIELDS)
 _GET_INFERENCE = operator.attrgetter(*INFERENCE_FIELDS)
 _NO_INFERENCE = (None,) * len(INFERENCE_FIELDS)
+
+
+PEAK_RULE = ("peaks leave out the steps the profiler traced (its wait, warmup and active "
+             "steps), as step timing and the leak detector do: tracing's own buffers are not "
+             "the model's memory")
+
+
+def counts_toward_peak(row: StepSample | Mapping[str, Any]) -> bool:
+    """One rule for every peak memtop shows (the pane, headless, the report): a step the
+    profiler traced does not count (``PEAK_RULE``)."""
+    profiling = row.profiling if isinstance(row, StepSample) else row.get("profiling")
+    return not profiling

@@ -106,14 +106,23 @@ def check_run_folder(path: str | os.PathLike[str]) -> Path:
     return path
 
 
-def find_runs(root: str | os.PathLike[str]) -> list[Path]:
-    """Run folders directly under ``root``, oldest first (names start with their start time)."""
-    root = Path(root)
+def _subfolders(path: Path) -> list[Path]:
     try:
-        entries = [Path(e.path) for e in os.scandir(root) if e.is_dir()]
+        return [Path(e.path) for e in os.scandir(path) if e.is_dir()]
     except OSError:
         return []
-    return sorted((p for p in entries if is_run_folder(p)), key=lambda p: p.name)
+
+
+def find_runs(root: str | os.PathLike[str]) -> list[Path]:
+    """Run folders under ``root``, directly or one folder deeper (``--run-dir runs/fp32``
+    puts them in runs/fp32/<id>), oldest first (names start with their start time)."""
+    found = []
+    for path in _subfolders(Path(root)):
+        if is_run_folder(path):
+            found.append(path)
+        else:
+            found += [p for p in _subfolders(path) if is_run_folder(p)]
+    return sorted(found, key=lambda p: p.name)
 
 
 def resolve_run(path: str | os.PathLike[str]) -> Path:

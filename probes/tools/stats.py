@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import statistics
+from collections.abc import Sequence
 from typing import Any
 
 
@@ -15,6 +17,13 @@ def percentile(values: list[float], q: float) -> float | None:
     lo = math.floor(pos)
     hi = min(lo + 1, len(xs) - 1)
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def theil_sen_slope(xs: Sequence[float], ys: Sequence[float]) -> float:
+    """Median of the pairwise slopes: a straight-line fit that a few outliers do not move."""
+    slopes = [(ys[j] - ys[i]) / (xs[j] - xs[i])
+              for i in range(len(xs)) for j in range(i + 1, len(xs)) if xs[j] != xs[i]]
+    return statistics.median(slopes) if slopes else 0.0
 
 
 # building ----------------------------------------------------------------------------------------

@@ -121,6 +121,8 @@ async def test_viewer_sees_a_user_leak_steers_and_stops_training(example, tmp_pa
         app = MemtopApp.for_folder(run)
         async with app.run_test(size=(120, 40)) as pilot:
             await wait_for(pilot, lambda: bool(app.run_state.alerts), "the user's leak alert")
+            # the finder's second look, a few steps after the alert, names the user's list
+            await wait_for(pilot, lambda: "KeepLogits" in app.culprit_box.text, "the culprit")
             await pilot.press("p")
             await wait_for(pilot, lambda: bool(app.ops_table.row_names), "top ops via socket")
             await pilot.press("space")
@@ -146,7 +148,9 @@ async def test_viewer_sees_a_user_leak_steers_and_stops_training(example, tmp_pa
     assert events[-1]["reason"] == "stopped from a viewer"
     # HF ended as at its last step: the checkpoint of the step it stopped at
     assert (tmp_path / "hf" / f"checkpoint-{result.global_step}").is_dir()
-    # naming the culprit (the user's forward hook) comes with issue #25's finder
+    culprit = next(e for e in events if e["event"] == R.LEAK_CULPRIT)
+    holders = [c.get("holder") or "" for c in culprit["culprits"]]
+    assert any("kept" in h and "KeepLogits" in h for h in holders), holders
 
 
 def test_a_train_that_raised_is_closed_by_the_next_one(example, tmp_path):

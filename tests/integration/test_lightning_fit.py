@@ -113,6 +113,8 @@ async def test_viewer_sees_a_user_leak_and_stops_fit(example, tmp_path):
         app = MemtopApp.for_folder(run)
         async with app.run_test(size=(120, 40)) as pilot:
             await wait_for(pilot, lambda: bool(app.run_state.alerts), "the user's leak alert")
+            # the finder's second look, a few steps after the alert, names the user's list
+            await wait_for(pilot, lambda: "KeepOutputs" in app.culprit_box.text, "the culprit")
             await pilot.press("r")
             await wait_for(pilot, lambda: any("report written" in n.message
                                               for n in app.notices), "r's report")
@@ -131,4 +133,6 @@ async def test_viewer_sees_a_user_leak_and_stops_fit(example, tmp_path):
     assert len(steps) == trainer.global_step  # stopped at the next step boundary
     assert any(e["event"] == R.LEAK_SUSPECTED for e in events)
     assert events[-1]["reason"] == "stopped from a viewer"
-    # naming the culprit (the user's list of outputs) comes with issue #25's finder
+    culprit = next(e for e in events if e["event"] == R.LEAK_CULPRIT)
+    holders = [c.get("holder") or "" for c in culprit["culprits"]]
+    assert any("kept" in h and "KeepOutputs" in h for h in holders), holders

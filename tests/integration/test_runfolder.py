@@ -94,9 +94,10 @@ def _run(root, name, rows, config=True):
 
 def test_runs_lists_each_state(tmp_path):
     root = tmp_path / "runs"
-    done = [started_event(), make_sample(1),
-            make_sample(2, tokens_per_s=2048.0, peak_allocated_bytes=3 << 20),
-            Event(R.RUN_FINISHED, 2, 1.0, {"reason": "finished"})]
+    # throughput: the median of the measured steps (2.0k), not the last step's (3.5k)
+    done = [started_event(), make_sample(1), make_sample(2, tokens_per_s=2048.0),
+            make_sample(3, tokens_per_s=3500.0, peak_allocated_bytes=3 << 20),
+            Event(R.RUN_FINISHED, 3, 1.0, {"reason": "finished"})]
     _run(root, "20260101-000000-aaaaaa", done)
     failed = [started_event(), make_sample(1),
               Event(R.ERROR, 2, 1.0, {"error_type": "NonFiniteError",
@@ -112,9 +113,10 @@ def test_runs_lists_each_state(tmp_path):
     lines = result.stdout.splitlines()
     assert lines[0].split()[:3] == ["RUN", "STATE", "STEPS"]
     assert [ln.split()[:3] for ln in lines[1:]] == [
-        ["20260101-000000-aaaaaa", "finished", "2"], ["20260101-000001-bbbbbb", "failed", "1"],
+        ["20260101-000000-aaaaaa", "finished", "3"], ["20260101-000001-bbbbbb", "failed", "1"],
         ["20260101-000002-cccccc", "interrupted", "1"]]
     assert "2.0k tok/s" in lines[1] and "3.0 MiB" in lines[1]
+    assert all(len(ln) <= 80 for ln in lines[:2]), lines  # a run id's line fits 80 columns
     assert "NonFiniteError: loss became nan" in lines[2]
     assert run_cli("runs", str(tmp_path / "empty-root-missing")).returncode == 2
     (tmp_path / "none").mkdir()

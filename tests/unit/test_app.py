@@ -428,3 +428,61 @@ async def test_ui_freezes_gc_spaces_gen2_passes_and_shutdown_restores_both(tiny_
     finally:
         app.shutdown(timeout_s=60)
     assert gc.get_threshold() == before and gc.get_freeze_count() == 0
+
+
+@pytest.mark.parametrize("size", [(80, 24), (100, 30), (120, 40)])
+async def test_leak_banner_follows_the_forecast_and_marks_a_cut(make_app, size):
+    """The ETA follows leak_forecast events (not frozen at the alert); a text longer than the
+    banner's lines ends with "…"; LEAK CLEARED says when RSS stays up that glibc keeps it."""
+    app = make_app(autostart=False)
+    async with app.run_test(size=size) as pilot:
+        alert = {"counter": "host_heap", "bytes_per_step": 153600, "since_step": 41,
+                 "fill_counter": "host RSS", "limit_name": "--max-memory",
+                 "capacity_bytes": 600 * 1024**2, "fill_bytes_per_step": 2 * 1024**2,
+                 "steps_to_full": 300, "seconds_to_full": 600.0, "host_rss_bytes": 900 << 20,
+                 "hint": "a retained autograd graph, likely: " + "many small objects " * 30}
+        app.ring.push(Event("leak_suspected", 60, 3.0, alert))
+        await wait_for(pilot, lambda: app.leak_banner.shown, "leak banner")
+        assert "10 min" in app.leak_banner.text
+        lines = app.leak_banner.text.split("\n")
+        assert len(lines) <= 4 and lines[-1].endswith("…")
+        assert all(len(ln) <= size[0] - 2 for ln in lines)
+        app.ring.push(Event("leak_forecast", 90, 6.0, {
+            "counter": "host_heap", "fill_counter": "host RSS", "limit_name": "--max-memory",
+            "capacity_bytes": 200 * 1024**2, "fill_bytes_per_step": 4 * 1024**2,
+            "steps_to_full": 50, "seconds_to_full": 75.0}))
+        await wait_for(pilot, lambda: "75 s" in app.leak_banner.text, "recomputed ETA")
+        app.ring.push(Event("leak_cleared", 120, 8.0, {
+            "counter": "host_heap", "since_step": 110, "host_rss_bytes": 1600 << 20,
+            "alert_rss_bytes": 900 << 20}))
+        await wait_for(pilot, lambda: "CLEARED" in app.leak_banner.text, "leak cleared")
+        assert "glibc keeps freed memory" in app.leak_banner.text.replace("\n", " ")
+
+
+@pytest.mark.parametrize("size", [(80, 24), (100, 30), (120, 40)])
+async def test_top_op_names_keep_their_room_at_every_size(make_app, size):
+    """issue 30: at 100 columns names were cut to 12 cells (`aten::ma…dices`) to fit every
+    numeric column; now columns give way (the sort column never) and the title says so."""
+    from tui.format_panels import OP_NAME_MIN
+
+    ops = [dict(OPS[0], name="aten::max_pool2d_with_indices", cpu_memory_bytes=4096.0),
+           *OPS[1:]]
+    app = make_app()
+    async with app.run_test(size=size) as pilot:
+        app.ring.push(Event("profile_done", 9, 1.0, {
+            "dir": "profiles/step-5", "sort_by": "cpu", "top_ops": ops, "analysis_s": 0.4}))
+        await wait_for(pilot, lambda: app.ops_table.ops, "top-ops table")
+        if app.view != "ops":
+            await pilot.press("v")
+        await wait_for(pilot, lambda: app.ops_table.size.width > 0, "the table on screen")
+        table = app.ops_table.query_one(DataTable)
+        names = [str(table.get_cell_at((r, 0))) for r in range(table.row_count)]
+        name_w = next(iter(table.columns.values())).width
+        assert name_w >= OP_NAME_MIN and all(len(n) <= name_w for n in names), (name_w, names)
+        assert any(n.startswith("aten::max_pool") for n in names)
+        assert all(n == full or n.endswith(full[-3:]) and "…" in n
+                   for n, full in zip(names, app.ops_table.row_names, strict=True))
+        shown = len(table.columns) - 1
+        if shown < len(app.ops_table.columns):
+            assert f"+{len(app.ops_table.columns) - shown} col" in app.ops_table.border_title
+        await pilot.press("q")

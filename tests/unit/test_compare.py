@@ -104,7 +104,7 @@ def test_refusals_are_one_line_and_exit_2(tmp_path, capsys):
     other = write_run(tmp_path / "other", dim=64)
     (tmp_path / "junk").mkdir()
     cases = [
-        ([str(a), str(tmp_path / "junk")], "is not a memtop run folder"),
+        ([str(a), str(tmp_path / "junk")], "is neither a memtop run folder nor a folder of runs"),
         ([str(a), str(tmp_path / "missing")], "does not exist"),
         ([str(a)], "at least two run folders"),
         ([str(a), str(other)], "train different models (dim 32 vs 64); pass --force"),
@@ -181,6 +181,19 @@ def test_a_repeated_baseline_sets_the_run_to_run_noise_floor(tmp_path):
     assert not c["tokens_per_s"]["measurable"] and c["tokens_per_s"]["within_run_to_run_noise"]
     assert "A/A run-to-run noise" in c["tokens_per_s_verdict"]
     assert compare_runs([a, b])["run_to_run_noise"] is None
+
+
+def test_runs_and_compare_take_folders_of_runs_one_level_deeper(tmp_path, capsys):
+    """--run-dir runs/fp32 and runs/bf16 (README's compare recipe): `memtop runs runs` lists
+    both, `memtop compare runs/fp32 runs/bf16` compares their newest and says which it took."""
+    a = write_run(tmp_path / "runs" / "fp32" / "20260101-000000-aaaaaa")
+    b = write_run(tmp_path / "runs" / "bf16" / "20260101-000100-bbbbbb", amp="bf16")
+    assert main(["runs", str(tmp_path / "runs")]) == 0
+    out = capsys.readouterr().out
+    assert "fp32/20260101-000000-aaaaaa" in out and "bf16/20260101-000100-bbbbbb" in out
+    assert main(["compare", str(a.parent), str(b.parent), "--out", str(tmp_path)]) == 0
+    err = capsys.readouterr().err
+    assert f"comparing its newest, {a}" in err and f"comparing its newest, {b}" in err
 
 
 def _with_split(run, backward_ms: float, seed: int):

@@ -34,8 +34,9 @@ def test_format_value_units_and_na():
 
 def test_cpu_labels_are_honest_and_short_labels_fit_a_compact_pane():
     cpu = p.pane_labels("cpu")
-    assert cpu["allocated"] == "heap in use" and cpu["driver"] == "RSS"
-    assert "sampled" in cpu["peak"]
+    assert cpu["allocated"] == "heap used" and cpu["driver"] == "RSS"
+    assert cpu["peak"] == "heap peak"  # one name at every width; the help says it is sampled
+    assert "sampled peak" in p._BY_ID["peak"].on("cpu").help
     assert p.pane_labels("cuda")["driver"] == "NVML used"
     for label in p.pane_labels("cpu", short=True).values():
         # 18 content columns at 80x24, minus a value such as "12.3 MiB" and a space
@@ -94,10 +95,12 @@ def test_clock_duration_and_count():
 def test_leak_alert_line_says_rate_since_and_time_to_full():
     data = {"counter": "host_heap", "bytes_per_step": 150 * 1024, "since_step": 40,
             "window_steps": 20, "capacity_bytes": 16 * 1024**3, "steps_to_full": 110000,
-            "seconds_to_full": 5400.0, "hint": "log loss.item()"}
+            "seconds_to_full": 5400.0, "hint": "log loss.item()", "fill_counter": "host RSS",
+            "limit_name": "host RAM available", "fill_bytes_per_step": 150 * 1024}
     line = fp.leak_alert_line(data, 50)
     assert "host heap" in line and "150 KiB/step" in line and "since step 40" in line
     assert "16.0 GiB" in line and "1 h 30 min" in line and "~110k steps" in line
+    assert "host RSS fills host RAM available" in line  # what fills, not what leaks
     lines, hint = fp.leak_banner_text({"host_heap": data})
     assert hint == "log loss.item()" and lines == line
     compact = fp.leak_alert_line(data, 50, compact=True)
@@ -159,6 +162,9 @@ def test_ledger_rows_and_footer():
     assert rows[1] == ("allocator cache", "2.0 KiB", "-", "reserved − allocated")
     footer = fp.ledger_footer(data)
     assert "step 7" in footer and "8.0 KiB" in footer
+    assert "heap used 4.0 KiB" in footer and "at end of forward (panes: end of step)" in footer
+    cuda = fp.ledger_footer(dict(data, device="cuda:0"))
+    assert "allocated 4.0 KiB" in cuda and "reserved 8.0 KiB" in cuda
     # named for what it sums (the tensor lines), not "total" of every line above it
     assert footer.startswith("tensors 1.0 KiB ·") and "total" not in footer
 
@@ -205,3 +211,72 @@ def test_sparkline_bars_scale_min_to_max_and_fit_the_width():
     assert bar_levels([0.0, 1.0], 4) == [0, 0, 7, 7]
     assert bar_runs([0, 0, 7, 7, 7, 3]) == [(0, 2), (7, 3), (3, 1)]
     assert sum(n for _, n in bar_runs(bar_levels(list(range(100)), 26))) == 26
+
+
+def test_fit_lines_wraps_and_marks_what_it_cut():
+    text = "LEAK: host heap +152 KiB/step\ncause: " + "word " * 80
+    cut = f.fit_lines(text, 78, 4)
+    lines = cut.split("\n")
+    assert len(lines) == 4 and all(len(ln) <= 78 for ln in lines) and lines[-1].endswith("…")
+    assert f.fit_lines("short\ntext", 78, 4) == "short\ntext"  # nothing cut, no "…"
+
+
+def test_sparkline_draws_sub_percent_jitter_flat_and_says_its_window():
+    from tui.charts import SPARK_FLAT_FRACTION, bar_levels, spark_rule
+
+    mib = 1024**2
+    jitter = [137 * mib + d for d in (0, 200_000, 400_000, 300_000, 600_000, 700_000)]
+    assert max(jitter) - min(jitter) < SPARK_FLAT_FRACTION * max(jitter)
+    assert bar_levels(jitter, 6) == [0] * 6  # the issue's ▁▃▄▄▆▇█ from sub-MiB noise
+    grow = [137 * mib + i * 4 * mib for i in range(6)]  # a real trend still rises
+    assert bar_levels(grow, 6)[-1] == 7 and bar_levels(grow, 6)[0] == 0
+    rule = spark_rule(512)
+    assert "last 512 steps" in rule and "1%" in rule
+
+
+def test_key_roles_offer_only_keys_that_do_something():
+    from tui.key_roles import ENDED, TRAIN, VIEW, action_shown, keys_for
+    from tui.widgets.help_screen import KEYS
+
+    def keys(role):
+        return dict(keys_for(KEYS, role))
+
+    assert "x" not in keys(TRAIN) and not action_shown("stop_run", TRAIN)
+    assert "goes on" in keys(VIEW)["q"] and "x" in keys(VIEW) and action_shown("stop_run", VIEW)
+    ended = keys(ENDED)
+    assert not {"p", "l", "space", "x"} & set(ended) and "ended" in ended["q"]
+    assert not action_shown("profile", ENDED) and action_shown("report", ENDED)
+
+
+def test_headless_step_lines_fit_80_columns_at_their_widest():
+    """issue 30: headless step lines were 128 columns and wrapped at 80. The widest case: a
+    six-digit step, fp16 on CUDA with a scaler that skipped steps, traced, leak demo on,
+    every counter in GiB."""
+    from factories import make_sample
+
+    from tui.headless import format_step_line
+
+    gib = int(123.45 * 2**30)
+    widest = make_sample(123456, loss=12.3456, tokens_per_s=123_456.0, step_ms=12345.6,
+                         device="cuda:0", amp="fp16", scale=65536.0, skipped_steps=123,
+                         profiling=True, leak_active=True, allocated_bytes=gib,
+                         reserved_bytes=gib, peak_allocated_bytes=gib, driver_used_bytes=gib)
+    for sample in (widest, make_sample(7)):
+        lines = format_step_line(sample).splitlines()
+        assert len(lines) == 2 and all(len(ln) <= 80 for ln in lines), lines
+    first, memory = format_step_line(widest).splitlines()
+    assert "scale 65536" in first and "skipped 123" in first
+    assert memory.split() == ["allocated", "123", "GiB", "reserved", "123", "GiB", "peak",
+                              "123", "GiB", "NVML", "used", "123", "GiB"]
+    assert "scale" not in format_step_line(make_sample(7))  # no scaler on CPU: no column
+
+
+def test_op_columns_give_way_to_the_name_but_never_the_sort_column():
+    from tui.format_panels import OP_COLUMN_CELLS, OP_NAME_MIN, visible_op_columns
+
+    cols = ["calls", "self_cpu_us", "cpu_total_us", "cpu_memory_bytes"]
+    wide = 4 + OP_NAME_MIN + OP_COLUMN_CELLS * len(cols)
+    assert visible_op_columns(cols, "cpu_total_us", wide) == cols
+    two = visible_op_columns(cols, "cpu_memory_bytes", wide - OP_COLUMN_CELLS * 2)
+    assert two == ["calls", "cpu_memory_bytes"]  # the sort column kept, the order kept
+    assert visible_op_columns(cols, "cpu_memory_bytes", 10) == ["cpu_memory_bytes"]

@@ -43,8 +43,8 @@ def test_values_labels_and_chart_series_come_from_the_table():
     assert values["tokens"] == 12.0 and values["driver"] == 4 and values["scale"] == 8.0
     tokens = next(spec for spec in p.PANES if spec.id == "tokens")
     assert tokens.sample_label is not None and tokens.sample_label(SAMPLE) == "samples/s"
-    assert p.chart_labels("cpu") == ("heap in use", "heap held", "peak heap (sampled)")
-    assert p.chart_labels("cuda") == ("allocated", "reserved", "peak allocated")
+    assert p.chart_labels("cpu") == ("heap used", "heap held", "heap peak")
+    assert p.chart_labels("cuda") == ("allocated", "reserved", "peak")
 
 
 def test_scale_and_loss_notes_say_why_there_is_none():

@@ -216,3 +216,16 @@ def test_concurrent_writers_are_serialised(finished_run, tmp_path):
         "config.json", "metrics.jsonl", "report.json", "report.md"]
     json.loads((run_dir / "report.json").read_text())
     assert (run_dir / "report.md").read_text().startswith("# memtop report")
+
+
+def test_runs_and_the_report_say_the_same_throughput(finished_run):
+    """issue 30: `memtop runs` showed the last step's tok/s beside the report's p50; both now
+    use throughput_p50, and a run without its report computes the same figure from its rows."""
+    from probes.analysis.measured import throughput_p50
+    from probes.analysis.runlist import summarize_run
+
+    report = json.loads((finished_run / "report.json").read_text())
+    p50 = report["results"]["tokens_per_s_p50"]
+    assert summarize_run(finished_run, ping=False).throughput == pytest.approx(p50)
+    steps, _ = metrics_rows(finished_run)
+    assert throughput_p50(steps, report["warmup_steps"]) == (pytest.approx(p50), "tok/s")

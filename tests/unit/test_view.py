@@ -16,6 +16,7 @@ from probes.control.unix_socket import ControlServer, NotLive
 from probes.control.unix_socket import request as send
 from probes.records import Event
 from probes.runfolder import create_run_dir, metrics_files
+from tui.widgets.help_screen import HelpScreen, help_markup, keys_markup
 
 
 def _server(path, control=None):
@@ -107,6 +108,8 @@ async def test_viewer_follows_steers_and_leaves_a_live_run(live_run):
         first = app.run_state.step
         await wait_for(pilot, lambda: app.run_state.step >= first + 3, "the panes moving")
         assert "viewing" in app.status_line.text
+        assert "x" in app.active_bindings and "p" in app.active_bindings  # a viewer's keys
+        assert "leave the viewer; the run goes on" in keys_markup("view")
         await pilot.press("p")
         await wait_for(pilot, lambda: bool(app.ops_table.row_names), "top ops from the socket")
         assert any(n.startswith("aten::") for n in app.ops_table.row_names)
@@ -146,8 +149,14 @@ async def test_viewer_opens_a_finished_run_on_its_final_state(tiny_config):
         assert {R.WEIGHTS_SAVED, R.RUN_FINISHED} <= replayed
         # the past gets no default toasts (tui/live_events.py): they would say "just now"
         assert not any(n.title in ("weights saved", "run finished") for n in app.notices)
-        await pilot.press("p")  # nothing to steer: said, not sent
-        await wait_for(pilot, lambda: any("ended" in n.message for n in app.notices),
-                       "the refusal")
+        # nothing to steer: the footer offers no p / l / space / x, the help says why
+        await wait_for(pilot, lambda: "p" not in app.active_bindings, "p leaves the footer")
+        assert not {"l", "space", "x"} & set(app.active_bindings)
+        assert "?" in app.active_bindings or "question_mark" in app.active_bindings
+        await pilot.press("question_mark")
+        await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen), "the help")
+        assert app.screen.role == "ended"
+        assert "run has ended" in help_markup(app.device_type, None, "ended")
+        await pilot.press("escape")
         await pilot.press("q")
     assert list(metrics_files(trainer.run_dir)) == [None]

@@ -57,18 +57,25 @@ def run(args: argparse.Namespace) -> int:
 
     from probes.analysis.compare.compare import compare_runs, gate
     from probes.analysis.compare.text import render_markdown
-    from probes.runfolder import RunFolderError, write_json, write_text
+    from probes.runfolder import RunFolderError, is_run_folder, resolve_run, write_json, write_text
     from tui.charts import loss_chart
 
     if len(args.runs) < 2:
         raise UsageError("memtop compare: give at least two run folders (the first is the "
                          "baseline)")
     try:
-        result = compare_runs(args.runs, force=args.force,
+        runs = []
+        for given in args.runs:  # a folder of runs means its newest run, as in `memtop view`
+            picked = resolve_run(given)
+            if not is_run_folder(Path(given)):
+                print(f"memtop compare: {given} is a folder of runs; comparing its newest, "
+                      f"{picked}", file=sys.stderr)
+            runs.append(str(picked))
+        result = compare_runs(runs, force=args.force,
                               tolerance=args.loss_tolerance / 100)
     except RunFolderError as exc:
         raise UsageError(f"memtop compare: {exc}") from None
-    out_dir = Path(args.out) if args.out else Path(args.runs[-1])
+    out_dir = Path(args.out) if args.out else Path(runs[-1])
     curves = result["loss_curves"]
     md = render_markdown(result, [("Loss curves", loss_chart(curves))])
     failures = gate(result, args.fail_if_slower, args.fail_if_bigger)

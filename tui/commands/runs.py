@@ -15,26 +15,31 @@ if TYPE_CHECKING:
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("runs", help="list the runs in a folder: state, steps, device, peak",
                        description="One line per run folder: id, state (live, finished, "
-                                   "stopped, interrupted, failed), steps, device, amp, start "
-                                   "time, last throughput and peak memory.")
+                                   "stopped, interrupted, failed), steps, device, amp, "
+                                   "throughput (the report's p50 over measured steps; a live "
+                                   "run: its last 512 steps) and peak memory. A run's id "
+                                   "is its start time.")
     p.add_argument("folder", metavar="FOLDER", nargs="?", default="runs",
                    help="a folder of runs (default: %(default)s)")
 
 
-def format_row(s: RunSummary) -> str:
-    """One run's line, under HEADER's columns."""
-    from probes.analysis.runlist import started_text
+NAME_WIDTH = 22  # a run id: <YYYYmmdd-HHMMSS>-<6 hex>, so it says when the run started
+
+
+def format_row(s: RunSummary, name: str | None = None, width: int = NAME_WIDTH) -> str:
+    """One run's line under header(width)'s columns, ≤ 80 columns for a run id;
+    ``name`` for a run one folder deeper (fp32/<id>)."""
     from probes.tools.units import format_bytes, format_rate
 
     rate = f"{format_rate(s.throughput)} {s.throughput_unit}" if s.throughput else "n/a"
     device = (s.device or "n/a") + (f" x{s.ranks}" if s.ranks > 1 else "")
-    return (f"{s.run_dir.name:<24} {s.outcome:<11} {s.steps:>7} {device:<8} "
-            f"{s.amp or 'n/a':<4} {started_text(s.started_at):<16} {rate:>13} "
-            f"{format_bytes(s.peak_bytes):>9}")
+    return (f"{name or s.run_dir.name:<{width}} {s.outcome:<11} {s.steps:>7} {device:<8} "
+            f"{s.amp or 'n/a':<4} {rate:>13} {format_bytes(s.peak_bytes):>9}")
 
 
-HEADER = (f"{'RUN':<24} {'STATE':<11} {'STEPS':>7} {'DEVICE':<8} {'AMP':<4} "
-          f"{'STARTED':<16} {'THROUGHPUT':>13} {'PEAK':>9}")
+def header(width: int = NAME_WIDTH) -> str:
+    return (f"{'RUN':<{width}} {'STATE':<11} {'STEPS':>7} {'DEVICE':<8} {'AMP':<4} "
+            f"{'THROUGHPUT':>13} {'PEAK':>9}")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -51,10 +56,12 @@ def run(args: argparse.Namespace) -> int:
     if not runs:
         print(f"memtop: no runs in {root} (start one with `memtop train`)")
         return 0
-    print(HEADER)
-    for path in runs:
+    names = [str(path.relative_to(root)) if path != root else path.name for path in runs]
+    width = max(NAME_WIDTH, *(len(n) for n in names))
+    print(header(width))
+    for path, name in zip(runs, names, strict=True):
         summary = summarize_run(path)
-        line = format_row(summary)
+        line = format_row(summary, name, width)
         if summary.reason and summary.outcome in ("failed", "stopped", "interrupted"):
             line += f"  {summary.reason}"
         print(line)

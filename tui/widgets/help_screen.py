@@ -17,7 +17,10 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from probes.records import HINTS
+from tui.charts import spark_rule
+from tui.key_roles import TRAIN, keys_for
 from tui.panes import PANES
+from tui.widgets.metric_pane import HISTORY
 
 KEYS = (
     ("p", "profiler window (wait, warmup, active steps), then the top-ops table; "
@@ -28,6 +31,8 @@ KEYS = (
     ("s", "save an SVG screenshot into the run folder"),
     ("m", "CUDA: memory snapshot into the run folder for pytorch.org/memory_viz (state only "
           "unless --memory-history)"),
+    ("w", "who holds memory: what grew over the next steps and what keeps it (also "
+          "automatic at a leak alert)"),
     ("o", "change the top-ops sort column"),
     ("v", "chart / top ops / ledger (under 100 columns); the step split (any width)"),
     ("?", "this help (esc closes)"),
@@ -35,18 +40,21 @@ KEYS = (
 )
 
 
-def keys_markup() -> str:
-    """The keys as aligned lines (a rich Table would be re-rendered by every layout pass)."""
-    width = max(len(key) for key, _ in KEYS) + 2
-    return "\n".join(f"[b]{key}[/b]{' ' * (width - len(key))}{text}" for key, text in KEYS)
+def keys_markup(role: str = TRAIN) -> str:
+    """The keys as aligned lines (a rich Table would be re-rendered by every layout pass);
+    ``role`` (tui/key_roles.py): a viewer's q leaves, an ended run offers no p / l / space."""
+    keys = keys_for(KEYS, role)
+    width = max(len(key) for key, _ in keys) + 2
+    return "\n".join(f"[b]{key}[/b]{' ' * (width - len(key))}{text}" for key, text in keys)
 
 
-def help_markup(device_type: str, counters: str | None) -> str:
+def help_markup(device_type: str, counters: str | None, role: str = TRAIN) -> str:
     """The whole help text as one markup string, paragraphs separated by blank lines."""
-    paragraphs = ["[b]Keys[/b]\n" + keys_markup()]
+    paragraphs = ["[b]Keys[/b]\n" + keys_markup(role)]
     if counters:
         paragraphs.append("counters read from: " + escape(counters))
     paragraphs += counter_paragraphs(device_type)
+    paragraphs.append(spark_rule(HISTORY))
     paragraphs += WARNINGS
     paragraphs.append(hints_text(device_type))
     return "\n\n".join(paragraphs)
@@ -113,15 +121,18 @@ class HelpScreen(ModalScreen[None]):
         Binding("q", "close", "close", show=False),
     ]
 
-    def __init__(self, device_type: str, counters: str | None = None) -> None:
+    def __init__(self, device_type: str, counters: str | None = None,
+                 role: str = TRAIN) -> None:
         super().__init__()
         self.device_type = device_type
         self.counters = counters
+        self.role = role
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="help-body") as body:
             body.border_title = "memtop help (esc or ? closes, arrows scroll)"
-            yield Static(help_markup(self.device_type, self.counters), id="help-text")
+            yield Static(help_markup(self.device_type, self.counters, self.role),
+                         id="help-text")
 
     def on_screen_resume(self) -> None:
         self.query_one("#help-body").focus()

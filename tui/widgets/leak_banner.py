@@ -5,10 +5,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from tui.format_panels import COUNTER_LABELS, leak_banner_text
+from tui.format import fit_lines
+from tui.format_panels import leak_banner_text, leak_cleared_text
 from tui.widgets.text_line import TextLine
 
 CLEARED_SHOW_S = 10.0  # how long "leak cleared" stays before the banner hides
+MAX_LINES = 4  # the banner's max-height; a longer text is cut with "…" (the event has it all)
 
 
 class LeakBanner(TextLine):
@@ -19,7 +21,7 @@ class LeakBanner(TextLine):
     LeakBanner {
         display: none;
         height: auto;
-        max-height: 4;
+        max-height: 4;  /* MAX_LINES */
         width: 1fr;
         padding: 0 1;
         background: $error;
@@ -40,14 +42,20 @@ class LeakBanner(TextLine):
         self._cleared_at = None
         self._render_alerts()
 
+    def forecast(self, step: int, data: dict[str, Any]) -> None:
+        """A recomputed time to full (``leak_forecast``): the ETA follows the rate."""
+        counter = str(data.get("counter", "?"))
+        if counter in self.alerts:
+            self.alerts[counter].update(data)
+            self._render_alerts()
+
     def cleared(self, step: int, data: dict[str, Any]) -> None:
         counter = str(data.get("counter", "?"))
         self.alerts.pop(counter, None)
         if self.alerts:
             self._render_alerts()
             return
-        label = COUNTER_LABELS.get(counter, counter)
-        self._show(f"LEAK CLEARED: {label} is flat again (step {step})", cleared=True)
+        self._show(leak_cleared_text(data, step), cleared=True)
         self._cleared_at = time.monotonic()
 
     def tick(self) -> None:
@@ -66,13 +74,14 @@ class LeakBanner(TextLine):
         head = "LEAK: " if compact else "LEAK SUSPECTED: "
         text = head + lines.replace("\n", "\n" + head)
         if hint:
-            text += f"\ncause: {hint}"
+            text += f"\na guess from the rate (w names the holder): {hint}"
         self._show(text, cleared=False)
 
     def _show(self, text: str, cleared: bool) -> None:
         self.set_class(cleared, "-cleared")
         self.set_class(True, "-shown")
-        self.set_text(text)
+        width = (self.size.width or self.app.size.width) - 2  # the padding
+        self.set_text(fit_lines(text, width, MAX_LINES))
 
     @property
     def shown(self) -> bool:

@@ -18,6 +18,7 @@ from tui.format_panels import (
     op_name_width,
     shorten_op,
     sort_ops,
+    visible_op_columns,
 )
 
 PLACEHOLDER = "no profiler window yet: press p to trace a few steps (wait/warmup/active)"
@@ -87,22 +88,25 @@ class TopOpsTable(Vertical):
 
     def _populate(self) -> None:
         width = self.content_region.width or self.size.width or 60
-        name_w = op_name_width(width, len(self.columns))
+        shown = visible_op_columns(self.columns, self.sort_key, width)
+        name_w = op_name_width(width, len(shown))
         table = self._table
         table.clear(columns=True)
         table.add_column("op", key="name", width=name_w)
-        for key in self.columns:
+        for key in shown:
             title = op_column_title(key) + (" ▼" if key == self.sort_key else "")
             table.add_column(title, key=key)
         for op in sort_ops(self.ops, self.sort_key):
             cells = [shorten_op(str(op.get("name", "?")), name_w)]
-            cells += [op_cell(key, op.get(key)) for key in self.columns]
+            cells += [op_cell(key, op.get(key)) for key in shown]
             table.add_row(*cells)
         step = self.window.get("step")
         where = self.window.get("dir")
         phase = self.window.get("phase")  # inference windows cover one phase only
         what = f"{phase} top ops" if phase else "top ops"
-        title = f"{what} · step {step} · by {op_column_title(self.sort_key)} (o)"
+        hidden = len(self.columns) - len(shown)
+        more = f" · +{hidden} col{'s' * (hidden > 1)} if wider" if hidden else ""
+        title = f"{what} · step {step} · by {op_column_title(self.sort_key)} (o){more}"
         analysis = self.window.get("analysis_s")
         subtitle = str(where or "")
         if analysis is not None:

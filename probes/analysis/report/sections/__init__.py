@@ -21,6 +21,7 @@ from typing import Any
 from probes.analysis.report.context import ReportContext
 from probes.analysis.report.sections import (
     baseline,
+    culprits,
     finding,
     header,
     infer_finding,
@@ -57,6 +58,7 @@ SECTIONS: dict[str, tuple[Section, ...]] = {
         Section(ledger.build, ledger.render),
         Section(profiles.build, profiles.render),
         Section(leaks.build, leaks.render),
+        Section(culprits.build, culprits.render),
         Section(baseline.build, baseline.render),
         Section(status.build, status.render),
     ),

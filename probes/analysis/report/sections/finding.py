@@ -12,7 +12,7 @@ from probes.analysis.report.sections.profiles import op_time, window_label
 from probes.records import incomplete
 from probes.tools.units import format_bytes, format_duration, format_ms, format_pct, format_rate
 
-_NON_TENSOR = ("runtime heap at start", "other / temporaries", "allocator cache")
+_NON_TENSOR = ("runtime heap at start", "other / temporaries", *R.CACHE_LINE.values())
 
 
 def _ledger_sentences(led: dict[str, Any]) -> tuple[list[str], str | None]:
@@ -65,7 +65,7 @@ def _ledger_sentences(led: dict[str, Any]) -> tuple[list[str], str | None]:
     return out, hypothesis
 
 
-def _leak_sentences(leaks: list[dict[str, Any]]) -> list[str]:
+def _leak_sentences(leaks: list[dict[str, Any]], after_s: float | None = None) -> list[str]:
     suspected = [e for e in leaks if e.get("event") == "leak_suspected"]
     out = []
     if suspected and incomplete(R.LEAK_SUSPECTED, suspected[0]):
@@ -75,8 +75,9 @@ def _leak_sentences(leaks: list[dict[str, Any]]) -> list[str]:
         e = suspected[0]
         s = (f"A leak was suspected at step {e.get('step')}: {e.get('counter')} grew "
              f"{format_bytes(e.get('bytes_per_step'))}/step since step {e.get('since_step')}")
-        if isinstance(e.get("seconds_to_full"), (int, float)):
-            s += f", full in about {format_duration(e['seconds_to_full'])}"
+        fill = R.fill_text(e)
+        if fill:
+            s += f"; at the alert {fill}"
         s += f" ({e['hint']})." if e.get("hint") else "."
         cleared = [c for c in leaks if c.get("event") == "leak_cleared"]
         if cleared:
@@ -88,7 +89,11 @@ def _leak_sentences(leaks: list[dict[str, Any]]) -> list[str]:
         out.append("No leak was suspected.")
     guard = [e for e in leaks if e.get("event") == "memory_guard"]
     if guard:
-        out.append(f"The memory guard stopped the run at step {guard[-1].get('step')}.")
+        g = guard[-1]
+        s = f"The memory guard stopped the run at step {g.get('step')}"
+        if isinstance(after_s, (int, float)):
+            s += f", {format_duration(after_s)} after the leak alert"
+        out.append(s + ".")
     return out
 
 
@@ -129,7 +134,7 @@ def finding(r: dict[str, Any]) -> str:
         t, kind = op_time(op)
         out.append(f"In the profiler window over {window_label(w)} the hottest op was "
                    f"{op.get('name')} ({t / 1000:.1f} ms {kind} over {op.get('calls')} calls).")
-    out.extend(_leak_sentences(r["leaks"]))
+    out.extend(_leak_sentences(r["leaks"], (r.get("leak_timing") or {}).get("guard_after_alert_s")))
     if res["skipped_steps"]:
         out.append(f"{res['skipped_steps']} optimizer steps were skipped (inf/nan gradients).")
     if hypothesis:

@@ -6,18 +6,19 @@ from __future__ import annotations
 
 from typing import Any
 
+from probes import records as R
 from probes.analysis.measured import LOSS_WINDOW, measured_steps
 from probes.analysis.report.context import ReportContext, is_gpt_config, run_amp, warmup_steps
 from probes.analysis.report.flops import flops_per_token, peak_flops
 from probes.counters.cuda_stats import driver_overhead_bytes, fragmentation
-from probes.records import finite_num, is_int
+from probes.records import counts_toward_peak, finite_num, is_int
 from probes.tools.stats import percentile
 from probes.tools.tables import markdown_table
 from probes.tools.units import format_bytes, format_ms, format_pct, format_rate
 
 PEAKS_NOTE = ("Peak allocated: max of the per-step high-water marks since warmup "
               "(CPU: max of sampled heap readings); reserved and driver: max of "
-              "step-end samples")
+              f"step-end samples; {R.PEAK_RULE}")
 
 
 def _tokens_per_step(config: dict[str, Any], started: dict[str, Any]) -> int | None:
@@ -42,6 +43,7 @@ def train_results(config: dict[str, Any], steps: list[dict], started: dict) -> d
     sps = [x for x in (finite_num(r.get("samples_per_s")) for r in stats_rows) if x is not None]
     ms = [x for x in (finite_num(r.get("step_ms")) for r in stats_rows) if x is not None]
     after_reset = [r for r in steps if r["step"] >= max(warmup, 1)] or steps
+    peak_rows = [r for r in after_reset if counts_toward_peak(r)] or after_reset
     last = steps[-1] if steps else {}
     amp = run_amp(config, started, steps)
     params = started.get("params") if is_int(started.get("params")) else None
@@ -65,8 +67,8 @@ def train_results(config: dict[str, Any], steps: list[dict], started: dict) -> d
         "tokens_per_s_p50": tps50,
         "samples_per_s_p50": percentile(sps, 50),
         "step_ms_p50": percentile(ms, 50), "step_ms_p95": percentile(ms, 95),
-        "peak_allocated_bytes": _peak(after_reset, "peak_allocated_bytes"),
-        "peak_reserved_bytes": _peak(after_reset, "reserved_bytes"),
+        "peak_allocated_bytes": _peak(peak_rows, "peak_allocated_bytes"),
+        "peak_reserved_bytes": _peak(peak_rows, "reserved_bytes"),
         "driver_peak_bytes": _peak(steps, "driver_used_bytes"),
         "host_rss_peak_bytes": _peak(steps, "host_rss_bytes"),
         "peaks_note": PEAKS_NOTE,

@@ -1,0 +1,28 @@
+"""One name per memory counter per device, for every place that shows it: the panes at every
+width, headless step lines, the rank table, the ledger, the report, the help and the README.
+
+Each name fits a 20-column pane at 80×24 (≤ 9 characters), so no width needs a second name.
+"""
+
+from __future__ import annotations
+
+# pane id -> device kind -> the counter's one name
+COUNTER_NAMES: dict[str, dict[str, str]] = {
+    "allocated": {"cpu": "heap used", "cuda": "allocated"},
+    "reserved": {"cpu": "heap held", "cuda": "reserved"},
+    "peak": {"cpu": "heap peak", "cuda": "peak"},
+    "driver": {"cpu": "RSS", "cuda": "NVML used"},
+}
+# what the ledger's last line (reserved − allocated) is on each device: glibc has no cache
+CACHE_LINE = {"cpu": "malloc free", "cuda": "allocator cache"}
+# when each reading is taken, said beside it where two moments meet
+PANE_MOMENT = "end of step"
+LEDGER_MOMENT = "end of forward"
+
+
+def counter_name(pane_id: str, device_type: str) -> str:
+    """The one name of a counter on a device ("cpu" or "cuda"); the id itself if unknown."""
+    names = COUNTER_NAMES.get(pane_id)
+    if names is None:
+        return pane_id
+    return names["cuda" if str(device_type).startswith("cuda") else "cpu"]
