@@ -51,6 +51,7 @@ from tui.widgets.metric_pane import MetricPane
 from tui.widgets.phase_throughput import PhaseThroughputPane
 from tui.widgets.rank_table import RankTable
 from tui.widgets.status_line import StatusLine
+from tui.widgets.step_split import StepSplitPane
 from tui.widgets.top_ops import TopOpsTable
 
 if TYPE_CHECKING:
@@ -58,7 +59,7 @@ if TYPE_CHECKING:
 
 REFRESH_S = 0.5  # 2 Hz: the rate docs/ARCHITECTURE.md records at 0.98 of headless throughput
 CHART_EVERY_S = 5.0  # plotext rebuilds cost ~30 ms: rarely
-VIEWS = ("chart", "ops", "ledger")
+VIEWS = ("chart", "ops", "ledger", "split")
 FIRST_SAMPLE_POLL_S = 0.05  # until the first sample: startup target is the bare floor + 0.2 s
 GEN2_EVERY = 100  # gen-1 passes between gen-2 passes once frozen (CPython's default: 10)
 
@@ -222,6 +223,7 @@ class MemtopApp(LiveEvents, StatusBars, RanksView, AppActions, NoticeLog, App[in
                 yield AdmissionLine(id="admission")
         with Horizontal(id="lower", classes=f"view-{self.view}"):
             yield RankTable(id="ranks")
+            yield StepSplitPane(self.device_type, id="split")
             with Vertical(id="chart-box"):
                 yield MemoryChart(chart_labels(self.device_type), every_s=self.chart_every_s,
                                   id="chart")
@@ -245,6 +247,7 @@ class MemtopApp(LiveEvents, StatusBars, RanksView, AppActions, NoticeLog, App[in
         self.ops_table = self.query_one(TopOpsTable)
         self.ledger = self.query_one(LedgerPane)
         self.rank_table = self.query_one(RankTable)
+        self.step_split = self.query_one(StepSplitPane)
         self.infer_panes: list[Any] = list(self.query(KvCachePane)) + list(
             self.query(PhaseThroughputPane))
         self.admission = next(iter(self.query(AdmissionLine)), None)
@@ -301,6 +304,7 @@ class MemtopApp(LiveEvents, StatusBars, RanksView, AppActions, NoticeLog, App[in
             pane.refresh_view()
         if self.ranks_mode:
             self.rank_table.refresh_view()
+        self.step_split.refresh_view()
         self.redraw_chart(force=False)
         self.update_header()
         self.update_status()
@@ -358,6 +362,7 @@ class MemtopApp(LiveEvents, StatusBars, RanksView, AppActions, NoticeLog, App[in
                 if label != self.panes[spec.id].label:
                     self.panes[spec.id].relabel(label, label)
         self.chart.add_points(samples)
+        self.step_split.push(samples, self.run_state.started, self.device_type)
         for infer_pane in self.infer_panes:
             infer_pane.push(samples)
         if self.baseline is not None:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from probes import records as R
+from probes.analysis.step_split import split_line
 from probes.control.requests import RunControl
 from probes.records import Event, Record, StepSample
 from probes.tools.units import format_bytes, format_rate
@@ -55,6 +56,9 @@ class HeadlessPrinter:
         if isinstance(record, StepSample):
             if record.step % self.log_every == 0 or record.step == 1:
                 print(format_step_line(record), file=self.out, flush=True)
+                split = split_line(record)  # its phases, on a line of their own (≤ 80 columns)
+                if split is not None:
+                    print(split, file=self.out, flush=True)
         elif record.kind is not None and record.kind.loud:
             print(format_event_line(record), file=self.out, flush=True)
             if record.event == R.ERROR and record.data.get("traceback"):

@@ -32,12 +32,19 @@ class NvmlReading:
     device_total_bytes: int | None
     device_name: str | None
     gpu_util_pct: float | None = None  # % of the last sample period in which a kernel ran
+    mem_bw_util_pct: float | None = None  # % of it in which device memory was read or written
+    power_w: float | None = None  # board power draw (NVML reports mW)
+    power_limit_w: float | None = None  # the enforced power limit
+    sm_clock_mhz: float | None = None
+    temperature_c: float | None = None
 
     def step_fields(self) -> dict[str, float | int | None]:
         """This poll's figures under their StepSample field names: the step row records the
         latest poll (docs/ARCHITECTURE.md, "Where a change goes": a new NVML counter is read in
         read_once, named here, declared in probes/records/step.py, shown in tui/panes.py)."""
-        return {"gpu_util_pct": self.gpu_util_pct}
+        return {"gpu_util_pct": self.gpu_util_pct, "mem_bw_util_pct": self.mem_bw_util_pct,
+                "power_w": self.power_w, "power_limit_w": self.power_limit_w,
+                "sm_clock_mhz": self.sm_clock_mhz, "temperature_c": self.temperature_c}
 
     @property
     def driver_bytes(self) -> int | None:
@@ -73,6 +80,40 @@ def index_fallback(env: Mapping[str, str], nvml_count: int, cuda_count: int,
     if env.get("CUDA_DEVICE_ORDER") == "PCI_BUS_ID" and nvml_count == cuda_count:
         return index
     return index if nvml_count == 1 and cuda_count == 1 else None
+
+
+def _number(read: Any, scale: float = 1.0) -> float | None:
+    """``read()`` as a float times ``scale``; None when NVML refuses (NotSupported, NoPermission,
+    a MIG handle) or answers something that is not a non-negative number."""
+    try:
+        value = read()
+    except Exception:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        return None
+    return float(value) * scale
+
+
+def busy_figures(nv: Any, handle: Any, is_mig: bool) -> dict[str, float | None]:
+    """How busy the GPU is, each figure read on its own (one refused call leaves the others):
+    utilisation of kernels and of memory bandwidth (both None on a MIG slice, which NVML does
+    not report per slice), power draw and its enforced limit, SM clock, temperature."""
+    out: dict[str, float | None] = {"gpu_util_pct": None, "mem_bw_util_pct": None}
+    if not is_mig:
+        try:
+            rates = nv.nvmlDeviceGetUtilizationRates(handle)
+        except Exception:
+            rates = None  # some vGPUs do not report it either: n/a, not an error
+        if rates is not None:
+            out["gpu_util_pct"] = _number(lambda: rates.gpu)
+            out["mem_bw_util_pct"] = _number(lambda: rates.memory)
+    out["power_w"] = _number(lambda: nv.nvmlDeviceGetPowerUsage(handle), 1e-3)
+    out["power_limit_w"] = _number(lambda: nv.nvmlDeviceGetEnforcedPowerLimit(handle), 1e-3)
+    out["sm_clock_mhz"] = _number(lambda: nv.nvmlDeviceGetClockInfo(
+        handle, getattr(nv, "NVML_CLOCK_SM", 1)))
+    out["temperature_c"] = _number(lambda: nv.nvmlDeviceGetTemperature(
+        handle, getattr(nv, "NVML_TEMPERATURE_GPU", 0)))
+    return out
 
 
 def _int_or_none(value: Any) -> int | None:
@@ -211,11 +252,7 @@ class NvmlPoller:
             self.process_error = None
         except Exception as exc:  # old driver, vGPU, no permission: the device figure stays
             self.process_error = f"NVML process list failed: {exc}"
-        util = None
-        try:  # MIG slices and some vGPUs do not report utilisation: n/a, not an error
-            util = float(nv.nvmlDeviceGetUtilizationRates(self._handle).gpu)
-        except Exception:
-            pass
+        busy = busy_figures(nv, self._handle, self.is_mig)
         if device_used is None and process_used is None:
             self._failed_reads += 1
             if self._failed_reads >= MAX_FAILED_READS:
@@ -223,8 +260,7 @@ class NvmlPoller:
                 return None
         else:
             self._failed_reads = 0
-        return NvmlReading(process_used, device_used, self._total, self._name,
-                           gpu_util_pct=util)
+        return NvmlReading(process_used, device_used, self._total, self._name, **busy)
 
     def _give_up(self) -> None:
         nv, self._nvml = self._nvml, None

@@ -6,6 +6,9 @@ Nothing here reads the device: every check uses the step's sample or the model's
 
 from __future__ import annotations
 
+import statistics
+from collections import deque
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -18,6 +21,13 @@ from probes.records import Event, StepSample
 
 MIN_STEPS_FOR_SKIP_RATIO = 20
 SKIP_RATIO = 0.10
+SPLIT_WINDOW = 8  # measured steps whose medians the step-split hints read (one step is noisy)
+INPUT_SHARE = 0.20  # data wait over this share of the whole cycle (wait + step): input-bound
+INPUT_MIN_MS = 2.0  # ... and at least this long (a tiny step's loop overhead is no loader)
+OPTIMIZER_SHARE = 0.30  # the optimizer's share of the step ...
+OPTIMIZER_MIN_MS = 2.0  # ... and at least this long (a tiny model's update is all overhead)
+IDLE_UTIL_PCT = 50.0  # NVML utilisation below this ...
+IDLE_STEP_MS = 10.0  # ... while the median step takes at least this long: the GPU idles
 
 
 def low_precision_share(params: list[torch.Tensor]) -> float:
@@ -74,12 +84,51 @@ def step_hints(sample: StepSample, synced: bool, warmup: int) -> list[tuple[str,
     return out
 
 
+def _median(rows: Sequence[StepSample], name: str) -> float | None:
+    vals = [v for v in (getattr(r, name) for r in rows) if v is not None]
+    return statistics.median(vals) if len(vals) == len(rows) and vals else None
+
+
+def split_hints(recent: Sequence[StepSample], optimizer_fast: bool) -> list[tuple[str, str]]:
+    """(hint name, detail) of what the step split of the last SPLIT_WINDOW measured steps shows
+    (medians, each phase seen on every one of them); pure, tested on CPU. ``optimizer_fast``:
+    the optimizer is already foreach or fused, so there is nothing to suggest."""
+    out: list[tuple[str, str]] = []
+    if len(recent) < SPLIT_WINDOW:
+        return out
+    step = _median(recent, "step_ms")
+    wait = _median(recent, "data_wait_ms")
+    if step and wait is not None and wait >= INPUT_MIN_MS and wait / (wait + step) > INPUT_SHARE:
+        out.append(("input_bound", f"data wait {wait:.1f} ms against a {step:.1f} ms step "
+                                   f"({wait / (wait + step):.0%} of the cycle, median of "
+                                   f"{len(recent)} steps)"))
+    opt = _median(recent, "optimizer_ms")
+    if step and opt is not None and not optimizer_fast and opt >= OPTIMIZER_MIN_MS \
+            and opt / step > OPTIMIZER_SHARE:
+        out.append(("optimizer_bound", f"optimizer {opt:.1f} ms of a {step:.1f} ms step "
+                                       f"({opt / step:.0%}, median of {len(recent)} steps)"))
+    util = _median(recent, "gpu_util_pct")
+    if util is not None and step is not None and util < IDLE_UTIL_PCT and step >= IDLE_STEP_MS \
+            and recent[-1].device.startswith("cuda"):
+        out.append(("gpu_idle", f"GPU busy {util:.0f}% while steps take {step:.1f} ms "
+                                f"(median of {len(recent)} steps)"))
+    return out
+
+
+def optimizer_is_fast(optimizer: Any) -> bool:
+    """The optimizer already runs its foreach or fused implementation."""
+    defaults = getattr(optimizer, "defaults", None)
+    return isinstance(defaults, dict) and bool(defaults.get("fused") or defaults.get("foreach"))
+
+
 class HintWatch(StepHook):
     """Emits each hint of probes.records.HINTS at most once a run."""
 
     def __init__(self) -> None:
         self.emitted: set[str] = set()
         self._checked_start = False
+        self._recent: deque[StepSample] = deque(maxlen=SPLIT_WINDOW)
+        self._after_break = False
 
     def setup(self, ctx: RunContext) -> None:
         super().setup(ctx)
@@ -113,3 +162,11 @@ class HintWatch(StepHook):
                 self._emit("amp_without_tensor_cores", step, problem)
         for name, detail in step_hints(sample, tensors.synced, self.ctx.warmup_steps):
             self._emit(name, step, detail)
+        after_pause, self._after_break = self._after_break, False
+        if step > self.ctx.warmup_steps and not sample.profiling and not after_pause:
+            self._recent.append(sample)  # not traced steps (slower), nor an evaluation's wait
+            for name, detail in split_hints(self._recent, optimizer_is_fast(self.ctx.optimizer)):
+                self._emit(name, step, detail)
+
+    def between_steps(self, kind: str) -> None:
+        self._after_break = True  # the next step's data wait holds an evaluation, not the loader

@@ -39,6 +39,7 @@ from probes.control.unix_socket import ControlServer
 from probes.counters.nvml import NvmlPoller
 from probes.instruments.hints import HintWatch
 from probes.instruments.hooks import GPTShape, StepHook, StepTensors
+from probes.instruments.phases import PhaseClock
 from probes.monitor.forward_hook import ForwardCounter
 from probes.monitor.guard import MemoryGuard
 from probes.monitor.session import RunSession
@@ -140,9 +141,10 @@ class Monitor:
     without a GradScaler such a step raises NonFiniteError from its ``with`` block and is
     recorded as the run's error, not as a sample); ``memory_history`` (CUDA: record
     allocations with Python stacks for the OOM snapshot; costs µs per allocation, off by
-    default, probes/counters/cudamem.py); ``session`` (a RunSession not opened yet, built by a
-    writer that needs its recorder before the loop starts, as memtop's trainer does; its run
-    folder, rank, config and control are then the session's).
+    default, probes/counters/cudamem.py); ``step_split`` (data wait, forward, backward,
+    optimizer in every row: probes/instruments/phases.py); ``session`` (a RunSession not
+    opened yet, built by a writer that needs its recorder before the loop starts, as memtop's
+    trainer does; its run folder, rank, config and control are then the session's).
     """
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, *,
@@ -160,7 +162,8 @@ class Monitor:
                  control: RunControl | None = None, session: RunSession | None = None,
                  extra_hooks: Iterable[StepHook] = (), rank: int | None = None,
                  requests: Mapping[str, Callable[[int], object]] | None = None,
-                 non_finite: str = "record", memory_history: bool = False) -> None:
+                 non_finite: str = "record", memory_history: bool = False,
+                 step_split: bool = True) -> None:
         device = check_args(model, optimizer, scaler, tokens_per_step, samples_per_step, amp,
                              warmup_steps, max_steps)
         if non_finite not in ("record", "fail"):
@@ -211,6 +214,8 @@ class Monitor:
                                    model_shape=model_shape, config=dict(config or {}),
                                    max_memory_bytes=max_memory_bytes)
         self._forward_hook = model.register_forward_hook(ForwardCounter(model, self._on_forward))
+        self.phases = PhaseClock(model, optimizer, device, own_forward_hook=False) \
+            if step_split else None
         for hook in self.hooks:
             hook.setup(self.ctx)
         if self.profiler is not None:
@@ -226,7 +231,7 @@ class Monitor:
         session.start(amp=self._amp, params=sum(p.numel() for p in model.parameters()),
                       tokens_per_step=tokens_per_step, samples_per_step=samples_per_step,
                       flops_per_token=flops_per_token, world_size=env_world_size(),
-                      rank=self.rank)
+                      rank=self.rank, step_split=self.phases is not None)
         self.guard = MemoryGuard(max_memory_bytes, self.device.type, self.emit,
                                  self.control.stop)
         self.guard.check(0, self.memory.read())  # a limit already passed stops before step 1
@@ -314,6 +319,8 @@ class Monitor:
                 hook.close()
         with contextlib.suppress(Exception):
             self._forward_hook.remove()
+        if self.phases is not None:
+            self.phases.close()  # removes hooks only: never raises
         self.session.close(reason)
         if self.write_report_at_close:
             with contextlib.suppress(Exception):
@@ -337,6 +344,8 @@ class Monitor:
         the sampled CPU peak, and see which autocast dtype the loop uses."""
         if self._in_step is None:
             return  # an evaluation pass between steps
+        if self.phases is not None:
+            self.phases.forward_ended()  # before memtop's own work here
         self._micro += 1
         self.memory.observe_peak()
         if self._amp == "auto":
@@ -349,6 +358,8 @@ class Monitor:
         self._micro = 0
         self.memory.begin_step()  # this step's peak starts here (CUDA: no sync)
         self._tracing = self.profiler is not None and self.profiler.tracing
+        if self.phases is not None:
+            self.phases.begin(scope.step, scope._t0)
 
     def _step_ended(self, scope: StepScope) -> None:
         step, v = scope.step, scope._values
@@ -356,6 +367,7 @@ class Monitor:
         synced = on_device(v.loss) or on_device(v.grad_norm) or on_device(scale_t)
         loss, grad_norm, scale = read_step_values(v.loss, v.grad_norm, scale_t)
         step_s = max(time.perf_counter() - scope._t0, 1e-9)
+        split = self.phases.end(scope._t0 + step_s) if self.phases is not None else {}
         if self.non_finite == "fail" and not self._scale_watch.enabled:
             error = non_finite_error(step, self._amp, loss, grad_norm)
             if error is not None:
@@ -371,7 +383,7 @@ class Monitor:
             loss=loss, scale=scale if self.scaler else None,
             skipped_steps=self._scale_watch.skipped, grad_norm=grad_norm,
             profiling=self._tracing, leak_active=self.leak_active,
-            micro_batches=v.micro_batches or self._micro or None)
+            micro_batches=v.micro_batches or self._micro or None, **split)
         scope.sample = sample
         self.recorder.publish(sample)
         tensors = StepTensors(loss=v.loss if isinstance(v.loss, torch.Tensor) else None,
@@ -382,8 +394,12 @@ class Monitor:
         self.guard.check(step, reading, sample.time_s)
         if not self.should_stop and (self.max_steps == 0 or step < self.max_steps):
             self._boundary(step + 1)  # requests and pauses, before the loop's next step
+        if self.phases is not None:
+            self.phases.left()  # the loop's own time between steps starts here
 
     def _step_failed(self, step: int, exc: BaseException) -> None:
+        if self.phases is not None:
+            self.phases.forget_left()  # the next step's wait would hold this one
         if isinstance(exc, KeyboardInterrupt):
             return  # an interruption, not a failure: close() says so
         self.session.record_error(step, exc)

@@ -76,10 +76,13 @@ from probes.records.names import (  # noqa: F401
 )
 from probes.records.step import (  # noqa: F401
     DECODE,
+    GPU_BUSY_FIELDS,
     INFERENCE_FIELDS,
     PEAK_RULE,
     PHASES,
     PREFILL,
+    SPLIT_FIELDS,
+    SPLIT_LABELS,
     STEP_FIELDS,
     StepSample,
     counts_toward_peak,
@@ -117,6 +120,9 @@ __all__ = [
     "PREFILL",
     "DECODE",
     "PHASES",
+    "SPLIT_FIELDS",
+    "SPLIT_LABELS",
+    "GPU_BUSY_FIELDS",
     "Event",
     "Record",
     "BULKY_FIELDS",

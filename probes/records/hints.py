@@ -46,5 +46,19 @@ HINTS: tuple[HintKind, ...] = (
              "the allocator is at the edge of device memory: each retry synchronises and "
              "frees the cache (milliseconds); fragmentation or a too large batch. Try "
              "expandable_segments:True or a smaller batch"),
+    HintKind("input_bound", "any", "the loop waits on its data (over 20% of each step)",
+             "the time between two steps (the loader, host-to-device copies) is time the model "
+             "does not train: give the DataLoader workers (num_workers), pin_memory=True and "
+             "copy batches with .to(device, non_blocking=True) so the next batch is ready "
+             "when the step ends"),
+    HintKind("optimizer_bound", "any", "the optimizer step takes a large share of the step",
+             "a per-parameter loop of small kernels (or Python ops on CPU): the foreach "
+             "(foreach=True) or fused (fused=True, CUDA) implementations update all "
+             "parameters in a few large kernels"),
+    HintKind("gpu_idle", "cuda", "the GPU is idle much of a long step",
+             "NVML saw a kernel running in under half of the time while steps take long: the "
+             "GPU waits on the host (data loading, Python overhead, syncs such as .item()). "
+             "The step split shows where the time goes; larger batches, CUDA graphs or "
+             "torch.compile cut the launches"),
 )
 HINT_KINDS: dict[str, HintKind] = {h.name: h for h in HINTS}

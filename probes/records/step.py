@@ -47,6 +47,21 @@ class StepSample:
     alloc_retries: int | None = None  # CUDA: cudaMalloc retried after a cache flush, so far
     ooms: int | None = None  # CUDA: out-of-memory errors the allocator raised, so far
     gpu_util_pct: float | None = None  # CUDA: NVML utilisation, the latest poll (not per step)
+    # CUDA, NVML's latest poll like gpu_util_pct (None on CPU, on MIG slices, where refused)
+    mem_bw_util_pct: float | None = None  # % of the period device memory was read or written
+    power_w: float | None = None  # board power draw
+    power_limit_w: float | None = None  # the enforced power limit
+    sm_clock_mhz: float | None = None  # SM clock
+    temperature_c: float | None = None  # GPU die temperature
+    # where the step went (probes/instruments/phases.py): host clocks on CPU, CUDA events
+    # (device time) on CUDA; None where a phase was not seen (no hook fired)
+    data_wait_ms: float | None = None  # end of the previous step to the start of this one
+    forward_ms: float | None = None  # the root model's forward passes, summed (accumulation)
+    backward_ms: float | None = None  # backward passes, summed over micro-batches
+    optimizer_ms: float | None = None  # optimizer.step() (pre to post hook)
+    other_ms: float | None = None  # the step's span less the three above (never below 0)
+    split_step: int | None = None  # the step these phases measured: this one, or on CUDA an
+    # earlier one whose events were not done when this step ended (read later, never synced)
     # inference steps only (`memtop infer`); left out of a training row's JSON
     phase: str | None = None  # one of PHASES: "prefill" (the prompt) or "decode" (one token)
     tokens: int | None = None  # tokens this step read (prefill: B × prompt) or made (decode: B)
@@ -140,6 +155,11 @@ STEP_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(StepSamp
 PREFILL = "prefill"  # the prompt in one pass: compute-bound, big temporary attention
 DECODE = "decode"  # one new token per sequence over the cache: bandwidth- and launch-bound
 PHASES = (PREFILL, DECODE)  # also the record_function labels in profiler traces
+SPLIT_FIELDS = ("data_wait_ms", "forward_ms", "backward_ms", "optimizer_ms", "other_ms")
+SPLIT_LABELS = {"data_wait_ms": "data wait", "forward_ms": "forward", "backward_ms": "backward",
+                "optimizer_ms": "optimizer", "other_ms": "other"}  # the step split's words
+GPU_BUSY_FIELDS = ("gpu_util_pct", "mem_bw_util_pct", "power_w", "power_limit_w",
+                   "sm_clock_mhz", "temperature_c")  # NVML's latest poll, recorded per step
 _STEP_FIELDS = _field_specs(StepSample)
 # name -> (kind, None allowed, may be negative): step_row_problem's rules, from the same specs
 _CHECKS = {name: (kind, optional, name in SIGNED_FIELDS)

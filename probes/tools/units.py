@@ -144,3 +144,11 @@ def format_duration(seconds: float | None) -> str:
         h, rem = divmod(int(seconds), 3600)
         return f"{h} h {rem // 60} min"
     return f"{seconds / 86400:.1f} days"
+
+
+def format_reading(value: float | None, unit: str, na: str = NA) -> str:
+    """A device reading in whole units (issue 26's GPU busy figures): 212 W, 1980 MHz, 71 °C,
+    87% (``unit`` "%" is a percentage already, not a share)."""
+    if value is None:
+        return na
+    return f"{value:.0f}%" if unit == "%" else f"{value:.0f} {unit}"

@@ -194,3 +194,33 @@ def test_runs_and_compare_take_folders_of_runs_one_level_deeper(tmp_path, capsys
     assert main(["compare", str(a.parent), str(b.parent), "--out", str(tmp_path)]) == 0
     err = capsys.readouterr().err
     assert f"comparing its newest, {a}" in err and f"comparing its newest, {b}" in err
+
+
+def _with_split(run, backward_ms: float, seed: int):
+    """The run's step rows given a step split around fixed phases (issue 26)."""
+    rng = random.Random(seed)
+    path = run / "metrics.jsonl"
+    lines = []
+    for line in path.read_text().splitlines():
+        row = json.loads(line)
+        if "event" not in row:
+            row.update(data_wait_ms=2.0 * (1 + 0.1 * rng.random()),
+                       forward_ms=5.0 * (1 + 0.1 * rng.random()),
+                       backward_ms=backward_ms * (1 + 0.1 * rng.random()),
+                       optimizer_ms=1.0 * (1 + 0.1 * rng.random()), other_ms=0.5)
+        lines.append(json.dumps(row))
+    path.write_text("\n".join(lines) + "\n")
+    return run
+
+
+def test_compare_names_the_phase_a_change_moved(tmp_path, capsys):
+    a = _with_split(write_run(tmp_path / "a"), backward_ms=10.0, seed=0)
+    b = _with_split(write_run(tmp_path / "b", batch_size=8, seed=1), backward_ms=16.0, seed=1)
+    old = write_run(tmp_path / "old", seed=2)  # null phases, as a run before the split reads
+    assert main(["compare", str(a), str(b), str(old), "--out", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    assert "The change moved backward most: +6" in out
+    data = json.loads((tmp_path / "out" / "compare.json").read_text())
+    moved, none = (c["phases"] for c in data["comparisons"])
+    assert moved["moved"] == "backward_ms" and not moved["phases"]["forward_ms"]["measurable"]
+    assert none is None and "Step split: n/a" in out

@@ -165,3 +165,16 @@ def test_per_step_sync_counts_and_timing_agreement():
     got = profiler_claims.agreement([10.0, 11.0, 30.0], [10.0, 10.0, 0.0])
     assert got["steps"] == 2 and got["median_ratio"] == pytest.approx(1.05)
     assert profiler_claims.agreement([1.0], [0.0]) is None
+
+
+def test_split_problems_on_stand_in_rows():
+    """Stand-ins for a CUDA run's rows (written here, not recorded): a split read two steps
+    late is fine, one missing or read too late is said."""
+    split = import_benchmark("gpu_claims_split")
+    phases = dict(forward_ms=1.0, backward_ms=2.0, optimizer_ms=0.5, other_ms=0.1)
+    good = [dict(step=s, split_step=max(1, s - 2), **phases) for s in range(1, 10)]
+    assert split.split_problems(good) == []
+    late = good[:5] + [dict(step=6, split_step=1, **phases), dict(step=7, split_step=None)]
+    assert split.split_problems(late) == ["step 6: split of step 1", "step 7: no split"]
+    blind = [dict(step=5, split_step=5, **dict(phases, backward_ms=None))]
+    assert split.split_problems(blind) == ["step 5: backward_ms None"]

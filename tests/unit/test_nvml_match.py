@@ -178,3 +178,39 @@ def test_gpu_utilisation_reaches_the_step_row_and_the_step_time_pane():
     assert gpu_busy_note(StepSample.from_json({**row.to_json(), **reading.step_fields()}),
                          {}) is None  # the pane keeps its min/max line
     mig.stop()
+
+
+class BusyNvml(RecordedNvml):
+    """RecordedNvml with the busy calls (milliwatts, MHz, °C: NVML's units; the test's values);
+    ``fail`` "power" refuses power as some boards do."""
+
+    def nvmlDeviceGetPowerUsage(self, handle):
+        self._maybe_fail("power")
+        return 212_400
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, handle):
+        return 300_000
+
+    def nvmlDeviceGetClockInfo(self, handle, kind):
+        return 1980
+
+    def nvmlDeviceGetTemperature(self, handle, kind):
+        return 71
+
+
+def test_busy_figures_reach_the_row_each_refusal_on_its_own():
+    """Issue 26: the busy figures are read in read_once and named in step_fields; a refused
+    call (power here, utilisation on MIG) leaves only its own field null."""
+    import os
+
+    from probes.records import GPU_BUSY_FIELDS
+
+    reading = NvmlPoller(None, uuid=GPU0, nvml=BusyNvml(os.getpid())).read_once()
+    fields = reading.step_fields()
+    assert set(fields) == set(GPU_BUSY_FIELDS)
+    assert fields == {"gpu_util_pct": 87.0, "mem_bw_util_pct": 41.0, "power_w": 212.4,
+                      "power_limit_w": 300.0, "sm_clock_mhz": 1980.0, "temperature_c": 71.0}
+    refused = NvmlPoller(None, uuid=GPU0, nvml=BusyNvml(os.getpid(), fail={"power"}))
+    assert refused.read_once().step_fields()["power_w"] is None
+    mig = NvmlPoller(None, uuid=MIG1[4:], nvml=BusyNvml(os.getpid())).read_once()
+    assert mig.gpu_util_pct is None and mig.mem_bw_util_pct is None and mig.power_w == 212.4

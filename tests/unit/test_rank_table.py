@@ -43,3 +43,26 @@ def test_the_rank_that_raised_is_named_not_the_peer_left_waiting():
            "  host      : box\n  rank      : 1 (local_rank: 1)\n  exitcode  : -9 (pid: 7)\n"
            "  error_file: <N/A>\n  traceback : Signal 9 (SIGKILL) received by PID 7\n")
     assert process_exits(log) == {1: ProcessExit(1, -9, "Signal 9 (SIGKILL) received by PID 7")}
+
+
+def test_rank_table_shows_phase_medians_and_names_the_straggler_phase():
+    """Rank 1's loader is slow; under DDP rank 0 waits for it in backward (issue 26)."""
+    split = {0: dict(data_wait_ms=1.0, forward_ms=2.0, backward_ms=45.0, optimizer_ms=1.0,
+                     other_ms=1.0),
+             1: dict(data_wait_ms=39.0, forward_ms=2.0, backward_ms=7.0, optimizer_ms=1.0,
+                     other_ms=1.0)}
+    rows = []
+    for rank, phases in split.items():
+        row = RankRow(rank)
+        for step in range(1, 6):
+            row.last = make_sample(step, rank=rank, step_ms=50.0 if rank == 0 else 11.0,
+                                   **phases)
+            row.recent.append(row.last)
+            row.recent_ms.append(row.last.step_ms)
+        rows.append(row)
+    lines = rank_table_lines(rows, 78, 14)
+    text = "\n".join(lines)
+    assert len(lines) <= 14 and all(len(x) <= 78 for x in lines)
+    assert " split      wait       fwd       bwd" in text and "39.0 ms" in text
+    assert "straggler rank 1: +38 ms in data wait" in text
+    assert "slowest: rank 0, 50.0 ms" in text and "(waiting for rank 1)" in text

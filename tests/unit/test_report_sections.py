@@ -20,8 +20,8 @@ from probes.runfolder import RunFolderError, read_config, read_rows, require_con
 
 TRAIN_KEYS = {"report_version", "run_dir", "generated_at", "complete", "incomplete_reasons",
               "rows", "metrics_file", "finding", "hardware", "software", "model", "input", "mode",
-              "amp", "warmup_steps", "measurement", "results", "ranks", "ledger", "ledger_events",
-              "profiles", "leaks", "leak_timing", "status"}
+              "amp", "warmup_steps", "measurement", "results", "step_split", "ranks", "ledger",
+              "ledger_events", "profiles", "leaks", "leak_timing", "status"}
 INFER_KEYS = {"report_version", "run_dir", "generated_at", "complete", "incomplete_reasons",
               "rows", "finding", "hardware", "software", "model", "input", "mode", "amp",
               "results", "profiles", "status"}
@@ -105,7 +105,8 @@ def test_report_md_follows_the_sections_order(tmp_path):
                    _train_rows([error]), ranks=2)
     md = write_report(run_dir).read_text()
     assert re.findall(r"^#{1,2} .*?(?=:|$)", md, re.MULTILINE) == [
-        "# memtop report", "## Finding", "## Setup", "## Results", "## Ranks",
+        "# memtop report", "## Finding", "## Setup", "## Results", "## Where the step went",
+        "## Ranks",
         "## Memory ledger", "## Profiler windows", "## Leak and memory events",
         "## Against the baseline", "## Errors"]
     finding = md.split("## Finding")[1].split("## Setup")[0]  # built last, rendered second

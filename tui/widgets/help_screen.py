@@ -34,7 +34,7 @@ KEYS = (
     ("w", "who holds memory: what grew over the next steps and what keeps it (also "
           "automatic at a leak alert)"),
     ("o", "change the top-ops sort column"),
-    ("v", "chart / top ops / ledger (terminals under 100 columns)"),
+    ("v", "chart / top ops / ledger (under 100 columns); the step split (any width)"),
     ("?", "this help (esc closes)"),
     ("q", "stop at the next step boundary, write the report, quit"),
 )

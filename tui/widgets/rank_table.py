@@ -12,7 +12,8 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from probes.records import StepSample
+from probes.analysis.step_split import SHORT, excess_text, phase_excess, phase_medians
+from probes.records import SPLIT_FIELDS, StepSample
 from probes.tools.units import NA, format_bytes, format_ms, format_rate
 from tui.format import fit
 from tui.widgets.text_line import TextLine
@@ -27,6 +28,7 @@ class RankRow:
     rank: int
     last: StepSample | None = None
     recent_ms: deque[float] = field(default_factory=lambda: deque(maxlen=RECENT_STEPS))
+    recent: deque[StepSample] = field(default_factory=lambda: deque(maxlen=RECENT_STEPS))
     leak: str | None = None  # the counter a leak is suspected in
     failed: str | None = None
     finished: bool = False
@@ -39,6 +41,10 @@ class RankRow:
                 "peak": s.peak_allocated_bytes, "driver": s.driver_used_bytes,
                 "step_ms": statistics.median(self.recent_ms) if self.recent_ms else None,
                 "tokens": s.tokens_per_s if s.tokens_per_s is not None else s.samples_per_s}
+
+    def phases(self) -> dict[str, float | None]:
+        """This rank's phase medians over its recent steps (issue 26)."""
+        return phase_medians(self.recent)
 
 
 def _cell(name: str, value: float | None) -> str:
@@ -61,25 +67,40 @@ def highlights(rows: list[RankRow]) -> list[str]:
     over the median, leaking and failed ranks."""
     out = []
     vals = {r.rank: r.values() for r in rows}
+    straggler = phase_excess({r.rank: r.phases() for r in rows}) if len(rows) > 1 else None
     ms = {k: v["step_ms"] for k, v in vals.items() if v["step_ms"] is not None}
     if len(ms) > 1:
         slow = max(ms, key=lambda k: ms[k])
         median = statistics.median(ms.values())
-        if median > 0:
+        if median > 0:  # under DDP a rank slow outside its step makes the others' steps long
+            why = "all ranks wait for it" if straggler is None or straggler[0] == slow \
+                else f"waiting for rank {straggler[0]}"
             out.append(f"slowest: rank {slow}, {format_ms(ms[slow])}, "
-                       f"{ms[slow] / median - 1:+.0%} vs median (all ranks wait for it)")
+                       f"{ms[slow] / median - 1:+.0%} vs median ({why})")
     peaks = {k: v["peak"] for k, v in vals.items() if v["peak"] is not None}
     if len(peaks) > 1:
         top = max(peaks, key=lambda k: peaks[k])
         excess = peaks[top] - statistics.median(peaks.values())
         out.append(f"highest peak: rank {top}, {format_bytes(peaks[top])}, "
                    f"+{format_bytes(excess)} over median")
+    if straggler is not None and straggler[2] > 0:
+        out.append(f"straggler {excess_text(straggler)}")
     for r in rows:
         if r.leak:
             out.append(f"LEAK suspected on rank {r.rank} ({r.leak})")
         if r.failed:
             out.append(f"rank {r.rank} FAILED: {' '.join(r.failed.split())}")
     return out
+
+
+def phase_rows(rows: list[RankRow], width: int) -> list[str]:
+    """Each rank's phase medians (ms) under a header, or nothing when no rank has any."""
+    medians = {r.rank: r.phases() for r in rows}
+    if all(v is None for m in medians.values() for v in m.values()):
+        return []
+    head = _row("split", [SHORT[n] for n in SPLIT_FIELDS], "(median)", width)
+    return [head] + [_row(str(rank), [format_ms(m[n]) for n in SPLIT_FIELDS], "", width)
+                     for rank, m in sorted(medians.items())]
 
 
 def rank_table_lines(rows: list[RankRow], width: int, height: int) -> list[str]:
@@ -105,6 +126,11 @@ def rank_table_lines(rows: list[RankRow], width: int, height: int) -> list[str]:
         spread_rows = [stat(min, "min"), stat(statistics.median, "median"), stat(max, "max")]
     notes = [fit(n, width) for n in highlights(rows)]
     room = height - len(lines)
+    phases = phase_rows(rows, width)
+    if room >= len(phases) + len(spread_rows) + len(notes):
+        return lines + phases + spread_rows + notes
+    if room >= len(phases) + 1 + len(notes) and spread_rows:
+        return lines + phases + [spread_rows[1]] + notes
     if room >= len(spread_rows) + len(notes):
         return lines + spread_rows + notes
     if spread_rows and room >= 1 + len(notes):
@@ -144,6 +170,7 @@ class RankTable(TextLine):
         row = self._row_of(sample.rank)
         row.last = sample
         row.recent_ms.append(sample.step_ms)
+        row.recent.append(sample)
         self._dirty = True
 
     def set_leak(self, rank: int, counter: str | None) -> None:

@@ -15,8 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from probes import records as R
+from probes.analysis.compare.phases import phase_changes
 from probes.analysis.compare.windows import DEFAULT_LOSS_TOLERANCE, profile_windows, windows_summary
 from probes.analysis.measured import LOSS_WINDOW, measured_steps
+from probes.analysis.step_split import phase_values
 from probes.records import finite_num, record_from_json
 from probes.runfolder import (
     RunFolderError,
@@ -70,6 +72,7 @@ class RunFigures:
     skipped_steps: int
     losses: dict[int, float] = field(default_factory=dict)  # step -> finite loss
     windows: list[dict[str, Any]] = field(default_factory=list)  # profiler windows taken
+    phases: dict[str, list[float]] = field(default_factory=dict)  # step split, measured steps
 
     @property
     def name(self) -> str:
@@ -136,7 +139,8 @@ def load_run(path: str | Path) -> RunFigures:
         peak_reserved_bytes=_max(after_reset, "reserved_bytes"),
         driver_peak_bytes=_max(steps, "driver_used_bytes"),
         skipped_steps=skipped if isinstance(skipped, int) and skipped >= 0 else 0,
-        losses=losses, windows=profile_windows(rows.events, steps, run_dir))
+        losses=losses, windows=profile_windows(rows.events, steps, run_dir),
+        phases=phase_values(measured))
 
 
 # ---- the rules ---------------------------------------------------------------------------------
@@ -279,6 +283,7 @@ def compare_figures(a: RunFigures, b: RunFigures,
         "loss": loss_agreement(a.losses, b.losses, tolerance),
         "precision_check": None,
         "profiler": None,
+        "phases": phase_changes(a.phases, b.phases, median_ratio),  # which phase moved
     }
     if a.windows or b.windows:
         wa, wb = windows_summary(a.windows), windows_summary(b.windows)

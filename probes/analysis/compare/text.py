@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from probes.analysis.compare.compare import speed_verdict
+from probes.analysis.compare.phases import phase_lines
 from probes.tools.tables import markdown_table
 from probes.tools.units import format_bytes, format_duration, format_ms, format_rate
 
@@ -90,6 +91,8 @@ def comparison_lines(c: dict[str, Any], base: str) -> list[str]:
         out.extend("  " + line for line in _agreement_lines(pc["agreement"]))
     else:
         out.extend(_agreement_lines(c["loss"]))
+    if "phases" in c:
+        out.extend(phase_lines(c["phases"]))
     if c.get("profiler"):
         out.extend(profiler_lines(c["profiler"]))
     return out + [""]

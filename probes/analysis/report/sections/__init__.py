@@ -34,6 +34,7 @@ from probes.analysis.report.sections import (
     results,
     setup,
     status,
+    step_split,
 )
 
 
@@ -52,6 +53,7 @@ SECTIONS: dict[str, tuple[Section, ...]] = {
         Section(finding.build, finding.render, summary=True),
         Section(setup.build, setup.render),
         Section(results.build, results.render),
+        Section(step_split.build, step_split.render),
         Section(ranks.build, ranks.render),
         Section(ledger.build, ledger.render),
         Section(profiles.build, profiles.render),

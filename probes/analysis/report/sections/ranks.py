@@ -8,9 +8,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from probes.analysis.measured import measured_steps
 from probes.analysis.ranks import failure_text, rank_ends, read_process_exits, spread
-from probes.analysis.report.context import ReportContext
+from probes.analysis.report.context import ReportContext, warmup_steps
 from probes.analysis.report.sections.results import train_results
+from probes.analysis.step_split import excess_text, phase_excess, phase_medians
 from probes.tools.tables import markdown_table
 from probes.tools.units import format_bytes, format_ms, format_rate
 
@@ -33,6 +35,11 @@ def _ranks(ctx: ReportContext) -> dict[str, Any]:
                          **{k: res.get(k) for k in ("steps_recorded", "last_step",
                                                     "final_loss", *SPREAD_KEYS)}})
     section: dict[str, Any] = {"count": len(per_rank), "per_rank": per_rank}
+    medians = {rank or 0: phase_medians(measured_steps(m.steps, warmup_steps(config))[0])
+               for rank, m in ctx.ranks.items()}  # issue 26: where each rank's step went
+    straggler = phase_excess(medians)
+    section["phase_medians_ms"] = {str(k): v for k, v in medians.items()}
+    section["straggler"] = excess_text(straggler) if straggler and straggler[2] > 0 else None
     section["spread"] = {k: _spread([r[k] for r in per_rank]) for k in SPREAD_KEYS}
     ms = [(r["step_ms_p50"], r["rank"]) for r in per_rank if r["step_ms_p50"] is not None]
     if ms:
@@ -96,6 +103,8 @@ def render(section: dict[str, Any], report: dict[str, Any]) -> list[str]:
         over = f"{s['over_median']:+.1%}" if s["over_median"] is not None else "n/a"
         md.append(f"- Slowest rank: {s['rank']} (step p50 {format_ms(s['step_ms_p50'])}, {over} "
                   f"over the median); {s['note']}.")
+    if sec.get("straggler"):
+        md.append(f"- Straggler (phase medians against the other ranks'): {sec['straggler']}.")
     if sec.get("highest_peak"):
         h = sec["highest_peak"]
         md.append(f"- Highest peak: rank {h['rank']} ({format_bytes(h['peak_allocated_bytes'])},"
