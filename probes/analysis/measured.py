@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from probes.records import counts_toward_peak
 from probes.tools.stats import percentile
 
 LOSS_WINDOW = 10  # steps in a "recent loss": the report's, and compare's loss agreement
@@ -46,3 +47,12 @@ def throughput_p50(steps: list[dict[str, Any]], warmup: int) -> tuple[float | No
     rates = [1000.0 / v for v in (r.get("step_ms") for r in rows)
              if isinstance(v, (int, float)) and math.isfinite(v) and v > 0]
     return (percentile(rates, 50) if rates else None), "steps/s"
+
+
+def peak_steps(steps: list[dict[str, Any]], warmup: int) -> list[dict[str, Any]]:
+    """The rows a run's peak is taken over, for the report and compare alike: after the peak's
+    reset (it runs once step ``warmup`` has been read — probes/monitor/monitor.py — so that
+    row still carries the warm-up's peak) and not traced by the profiler
+    (records.counts_toward_peak); all rows when none are left."""
+    after_reset = [r for r in steps if r["step"] > warmup] or steps
+    return [r for r in after_reset if counts_toward_peak(r)] or after_reset

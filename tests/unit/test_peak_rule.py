@@ -39,3 +39,17 @@ def test_a_profiler_window_does_not_raise_the_reported_peak(tiny_config):
     report = build_report(trainer.run_dir)
     assert report["results"]["peak_allocated_bytes"] == counted
     assert "profiler traced" in report["results"]["peaks_note"]
+
+
+def test_the_peak_starts_after_the_warmup_row_in_report_and_compare_alike():
+    """The peak is reset once step `warmup` has been read, so that row still holds the
+    warm-up's peak: CI once saw the report take it (308 MB against the run's 225 MB)."""
+    from probes.analysis.measured import peak_steps
+
+    rows = [{"step": 1, "peak_allocated_bytes": 300}, {"step": 2, "peak_allocated_bytes": 300},
+            {"step": 3, "peak_allocated_bytes": 200},
+            {"step": 4, "peak_allocated_bytes": 250, "profiling": True},
+            {"step": 5, "peak_allocated_bytes": 210}]
+    assert [r["step"] for r in peak_steps(rows, warmup=2)] == [3, 5]
+    assert [r["step"] for r in peak_steps(rows, warmup=0)] == [1, 2, 3, 5]
+    assert [r["step"] for r in peak_steps(rows[:2], warmup=2)] == [1, 2]  # nothing after it

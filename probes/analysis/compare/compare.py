@@ -17,7 +17,7 @@ from typing import Any
 from probes import records as R
 from probes.analysis.compare.phases import phase_changes
 from probes.analysis.compare.windows import DEFAULT_LOSS_TOLERANCE, profile_windows, windows_summary
-from probes.analysis.measured import LOSS_WINDOW, measured_steps
+from probes.analysis.measured import LOSS_WINDOW, measured_steps, peak_steps
 from probes.analysis.step_split import phase_values
 from probes.records import finite_num, record_from_json
 from probes.runfolder import (
@@ -122,7 +122,7 @@ def load_run(path: str | Path) -> RunFigures:
     if state.device:
         variables["device"] = state.device
     error = next((e for e in rows.events if e.get("event") == R.ERROR), None)
-    after_reset = [r for r in steps if r["step"] >= max(warmup, 1)] or steps
+    peak_rows = peak_steps(steps, warmup)  # the report's rule: its peak and compare's agree
     last = steps[-1] if steps else {}
     skipped = last.get("skipped_steps")
     losses = {r["step"]: v for r in steps if (v := finite_num(r.get("loss"))) is not None}
@@ -135,8 +135,8 @@ def load_run(path: str | Path) -> RunFigures:
         steps_recorded=len(steps), stats_over=over,
         tokens_per_s=[v for r in measured if (v := finite_num(r.get("tokens_per_s"))) is not None],
         step_ms=[v for r in measured if (v := finite_num(r.get("step_ms"))) is not None],
-        peak_allocated_bytes=_max(after_reset, "peak_allocated_bytes"),
-        peak_reserved_bytes=_max(after_reset, "reserved_bytes"),
+        peak_allocated_bytes=_max(peak_rows, "peak_allocated_bytes"),
+        peak_reserved_bytes=_max(peak_rows, "reserved_bytes"),
         driver_peak_bytes=_max(steps, "driver_used_bytes"),
         skipped_steps=skipped if isinstance(skipped, int) and skipped >= 0 else 0,
         losses=losses, windows=profile_windows(rows.events, steps, run_dir),

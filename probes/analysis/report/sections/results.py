@@ -7,11 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 from probes import records as R
-from probes.analysis.measured import LOSS_WINDOW, measured_steps
+from probes.analysis.measured import LOSS_WINDOW, measured_steps, peak_steps
 from probes.analysis.report.context import ReportContext, is_gpt_config, run_amp, warmup_steps
 from probes.analysis.report.flops import flops_per_token, peak_flops
 from probes.counters.cuda_stats import driver_overhead_bytes, fragmentation
-from probes.records import counts_toward_peak, finite_num, is_int
+from probes.records import finite_num, is_int
 from probes.tools.stats import percentile
 from probes.tools.tables import markdown_table
 from probes.tools.units import format_bytes, format_ms, format_pct, format_rate
@@ -42,8 +42,7 @@ def train_results(config: dict[str, Any], steps: list[dict], started: dict) -> d
     tps = [x for x in (finite_num(r.get("tokens_per_s")) for r in stats_rows) if x is not None]
     sps = [x for x in (finite_num(r.get("samples_per_s")) for r in stats_rows) if x is not None]
     ms = [x for x in (finite_num(r.get("step_ms")) for r in stats_rows) if x is not None]
-    after_reset = [r for r in steps if r["step"] >= max(warmup, 1)] or steps
-    peak_rows = [r for r in after_reset if counts_toward_peak(r)] or after_reset
+    peak_rows = peak_steps(steps, warmup)
     last = steps[-1] if steps else {}
     amp = run_amp(config, started, steps)
     params = started.get("params") if is_int(started.get("params")) else None
