@@ -37,6 +37,30 @@ def tiny_config(tmp_path):
 
 
 @pytest.fixture
+def headless_trainer(tiny_config):
+    """Start real trainer threads writing run folders and listening on their sockets, as a
+    headless `memtop train` in another terminal would; each is stopped and joined after."""
+    from probes.monitor import default_hooks
+    from probes.runfolder import create_run_dir
+    from trainer.loop import Trainer
+
+    started: list = []
+
+    def start(**overrides):
+        cfg = tiny_config(**{"steps": 0, **overrides})
+        trainer = Trainer(cfg, create_run_dir(cfg.run_dir),
+                          hooks=default_hooks(**cfg.hook_options()))
+        trainer.start()
+        started.append(trainer)
+        return trainer
+
+    yield start
+    for trainer in started:
+        trainer.control.stop()
+        trainer.join(120)
+
+
+@pytest.fixture
 def make_app(tiny_config, tmp_path):
     """Build apps over tiny trainers; whatever a test does, every trainer thread is joined."""
     from probes.runfolder import create_run_dir

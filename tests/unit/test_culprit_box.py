@@ -104,19 +104,10 @@ def test_headless_prints_the_culprit_line():
 
 
 @pytest.fixture
-def leaking_run(tiny_config):
+def leaking_run(headless_trainer):
     """A real trainer thread running its graph leak demo, listening on its socket, as a
     headless `memtop train --leak graph` in another terminal would."""
-    from probes.monitor import default_hooks
-    from probes.runfolder import create_run_dir
-    from trainer.loop import Trainer
-
-    cfg = tiny_config(steps=0, leak="graph", leak_at=2)
-    trainer = Trainer(cfg, create_run_dir(cfg.run_dir), hooks=default_hooks(**cfg.hook_options()))
-    trainer.start()
-    yield trainer
-    trainer.control.stop()
-    trainer.join(120)
+    return headless_trainer(leak="graph", leak_at=2)
 
 
 @pytest.mark.slow

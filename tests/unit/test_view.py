@@ -82,18 +82,9 @@ def test_socket_path_longer_than_the_os_limit(tmp_path):
 
 
 @pytest.fixture
-def live_run(tiny_config):
-    """A real trainer thread writing a run folder and listening on its socket, as a headless
-    `memtop train` in another terminal would."""
-    from probes.monitor import default_hooks
-    from trainer.loop import Trainer
-
-    cfg = tiny_config(steps=0)
-    trainer = Trainer(cfg, create_run_dir(cfg.run_dir), hooks=default_hooks(**cfg.hook_options()))
-    trainer.start()
-    yield trainer
-    trainer.control.stop()
-    trainer.join(120)
+def live_run(headless_trainer):
+    """A real trainer thread writing a run folder and listening on its socket."""
+    return headless_trainer()
 
 
 @pytest.mark.slow
