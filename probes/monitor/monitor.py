@@ -42,6 +42,7 @@ from probes.instruments.hooks import GPTShape, StepHook, StepTensors
 from probes.instruments.phases import PhaseClock
 from probes.monitor.forward_hook import ForwardCounter
 from probes.monitor.guard import MemoryGuard
+from probes.monitor.scope import StepScope
 from probes.monitor.session import RunSession
 from probes.monitor.setup import (
     autocast_mode,
@@ -53,75 +54,15 @@ from probes.monitor.setup import (
 )
 from probes.monitor.stepvalues import (
     ScalerWatch,
-    StepValues,
     non_finite_error,
     on_device,
     read_step_values,
 )
-from probes.records import Event, StepSample
-from probes.records.errors import MonitorArgumentError, MonitorStateError, NonFiniteError
+from probes.records import Event
+from probes.records.errors import MonitorArgumentError, MonitorStateError
 from probes.runfolder.recorder import Sink
 
 __all__ = ["Monitor", "StepScope", "default_hooks"]
-
-
-class StepScope:
-    """One optimizer step, from ``with mon.step() as step:`` to its end."""
-
-    def __init__(self, monitor: Monitor, step: int) -> None:
-        self.monitor = monitor
-        self.step = step  # 1-based number of this optimizer step
-        self.sample: StepSample | None = None  # set when the step has ended
-        self._values = StepValues()
-        self._stack: contextlib.ExitStack | None = None  # made only for a hook's real context
-        self._t0 = 0.0
-
-    def set(self, *, loss: Any = None, grad_norm: Any = None, output: torch.Tensor | None = None,
-            tokens: int | None = None, samples: int | None = None,
-            micro_batches: int | None = None) -> None:
-        """Hand over what this step computed. Tensors are read once, after the step, in one
-        transfer (no extra device sync); ``output`` (e.g. logits) only sizes leak hints;
-        ``micro_batches`` replaces the count of the model's forward passes (a framework that
-        calls the model's forward twice per batch, or not at all, knows its batches)."""
-        v = self._values
-        v.loss = loss if loss is not None else v.loss
-        v.grad_norm = grad_norm if grad_norm is not None else v.grad_norm
-        v.output = output if output is not None else v.output
-        v.tokens = tokens if tokens is not None else v.tokens
-        v.samples = samples if samples is not None else v.samples
-        v.micro_batches = micro_batches if micro_batches is not None else v.micro_batches
-
-    def __enter__(self) -> StepScope:
-        self._t0 = time.perf_counter()
-        try:
-            for hook in self.monitor.hooks:  # most steps no hook wraps: no ExitStack (#28)
-                cm = hook.step_context(self.step)
-                if type(cm) is not contextlib.nullcontext:
-                    self._stack = self._stack or contextlib.ExitStack()
-                    self._stack.enter_context(cm)
-        except BaseException:
-            if self._stack is not None:
-                self._stack.close()
-            raise
-        self.monitor._step_began(self)
-        return self
-
-    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
-        mon = self.monitor
-        try:
-            if self._stack is not None:
-                self._stack.__exit__(exc_type, exc, tb)
-        finally:
-            mon._in_step = None
-        if exc is not None:
-            mon._step_failed(self.step, exc)
-            return False
-        try:
-            mon._step_ended(self)
-        except NonFiniteError as err:
-            mon._step_failed(self.step, err)
-            raise
-        return False
 
 
 class Monitor:
