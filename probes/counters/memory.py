@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-from dataclasses import dataclass
+import time
+from typing import NamedTuple
 
 import torch
 
@@ -84,8 +85,10 @@ def heap_counters() -> tuple[int, int] | None:
     return info.uordblks + info.hblkhd, info.arena + info.hblkhd
 
 
-@dataclass(frozen=True)
-class MemoryReading:
+class MemoryReading(NamedTuple):
+    """One read of the counters (a NamedTuple: made every step, ~0.4 µs against a frozen
+    dataclass's ~3 µs; issue 28)."""
+
     allocated_bytes: int | None
     reserved_bytes: int | None
     peak_allocated_bytes: int | None  # the run's peak since reset_peak()
@@ -94,6 +97,18 @@ class MemoryReading:
     inactive_split_bytes: int | None = None  # CUDA: cached free memory inside split blocks
     alloc_retries: int | None = None  # CUDA: cudaMalloc retries after a cache flush
     ooms: int | None = None  # CUDA: out-of-memory errors raised
+
+
+# CPU: the mid-step heap read (end of forward: the activations' peak) is taken while one heap
+# read costs at most this share of the previous step, and whatever it costs on the first
+# MID_STEP_FIRST steps after each peak reset (so a run's peak has its forward peak from its
+# first measured steps on) and on every MID_STEP_EVERY-th step. mallinfo2 walks glibc's free
+# lists: ~1 µs on a small heap, ~55-100 µs on a training process's (benchmarks/RESULTS.md, issue
+# 28), which on a fast step is its own overhead; a step without it has the end-of-step reading
+# as its sampled step peak.
+MID_STEP_BUDGET = 0.01
+MID_STEP_FIRST = 3
+MID_STEP_EVERY = 16
 
 
 class MemoryProbe:
@@ -109,6 +124,13 @@ class MemoryProbe:
         self._rss = RssReader()
         self._run_peak: int | None = None
         self._step_peak: int | None = None  # CPU: max of the heap readings in this step
+        self._steps = 0  # steps begun (CPU: which take the mid-step read whatever it costs)
+        self._since_reset = 0  # steps begun since the last reset_peak()
+        self._began_s = 0.0  # CPU: perf_counter at the step's start
+        self._step_s = 0.0  # CPU: the last step's span, begin_step to read
+        self._heap_read_s = 0.0  # CPU: what the last end-of-step heap read took
+        self.mid_step_reads = 0  # CPU: mid-step heap reads taken / skipped (budget) so far
+        self.mid_step_skipped = 0
 
     @property
     def counter_source(self) -> str:
@@ -120,6 +142,7 @@ class MemoryProbe:
     def reset_peak(self) -> None:
         """Start the run's peak over (after warmup, so model set-up does not pollute it)."""
         self._run_peak = None
+        self._since_reset = 0
         self.begin_step()
 
     def begin_step(self) -> None:
@@ -134,11 +157,22 @@ class MemoryProbe:
                 pass
             return
         self._step_peak = None
+        self._steps += 1
+        self._since_reset += 1
+        self._began_s = time.perf_counter()
 
-    def observe_peak(self) -> None:
-        """CPU only: fold one extra heap reading (~1 µs) into the sampled peak, mid-step."""
+    def observe_peak(self, budgeted: bool = False) -> None:
+        """CPU only: fold one extra heap reading into the sampled peak, mid-step. ``budgeted``
+        (the Monitor's own read at the end of each forward): only while it is cheap against
+        the step (``MID_STEP_BUDGET``), or one of the first steps after a reset, or every
+        ``MID_STEP_EVERY``-th step."""
         if self.is_cuda:
             return  # the CUDA allocator keeps a true high-water mark itself
+        if budgeted and self._heap_read_s > MID_STEP_BUDGET * self._step_s \
+                and self._since_reset > MID_STEP_FIRST and self._steps % MID_STEP_EVERY:
+            self.mid_step_skipped += 1
+            return
+        self.mid_step_reads += 1
         heap = heap_counters()
         if heap is not None and (self._step_peak is None or heap[0] > self._step_peak):
             self._step_peak = heap[0]
@@ -164,7 +198,10 @@ class MemoryProbe:
                                  step_peak_allocated_bytes=st.peak_allocated_bytes,
                                  inactive_split_bytes=st.inactive_split_bytes,
                                  alloc_retries=st.alloc_retries, ooms=st.ooms)
+        t0 = time.perf_counter()
         heap = heap_counters()
+        t1 = time.perf_counter()
+        self._heap_read_s, self._step_s = t1 - t0, t0 - self._began_s
         if heap is None:
             return MemoryReading(None, None, None, rss)
         allocated, reserved = heap

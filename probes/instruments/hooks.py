@@ -56,7 +56,7 @@ class RunContext:
     memory_history: str = "off"  # CUDA allocation history as run_started says ("off" or on)
 
 
-@dataclass
+@dataclass(slots=True)
 class StepTensors:
     """The step's live tensors, handed to hooks before they go out of scope."""
 
@@ -84,3 +84,10 @@ class StepHook:
 
     def close(self) -> None:
         """The run is ending (normally or not): release resources, never raise."""
+
+
+def overriding(hooks: list[StepHook], method: str) -> list[StepHook]:
+    """The hooks whose class overrides ``method`` of StepHook: the step path calls only those
+    (a no-op call per hook and step was ~0.5 µs each: issue 28)."""
+    base = getattr(StepHook, method)
+    return [h for h in hooks if getattr(type(h), method, base) is not base]

@@ -38,6 +38,8 @@ import torch
 
 from probes.instruments.phase_split import INTERVAL_PHASES, PendingSplits, StepMarks
 
+_graph_task_id = torch._C._current_graph_task_id  # -1 outside a backward pass
+
 
 class PhaseClock:
     """Stamps each step's phase boundaries through hooks (see the module docstring)."""
@@ -60,6 +62,8 @@ class PhaseClock:
         self._fwd_end: Any = None  # the last forward's end: the next backward starts there
         self._opt_start: Any = None
         self._queued = False  # the backward's final callback is queued
+        # the engine's queue_callback, looked up once (four attribute reads a step: issue 26)
+        self._queue_callback = torch.autograd.Variable._execution_engine.queue_callback
         self._handles: list[Any] = [model.register_forward_pre_hook(self._forward_began)]
         if own_forward_hook:
             self._handles.append(model.register_forward_hook(
@@ -126,12 +130,11 @@ class PhaseClock:
                 "other_ms": max(0.0, (end - start - inside) * 1000.0), "split_step": step}
 
     def _interval(self, index: int, start: Any, end: Any) -> None:
-        if self.cuda:
-            if self._marks is not None:
-                self._marks.intervals[INTERVAL_PHASES[index]].append((start, end))
-        else:
-            self._sums[index] += max(0.0, end - start)
+        if self._pending is None:  # CPU: perf_counter is monotonic, end >= start
+            self._sums[index] += end - start
             self._seen[index] = True
+        elif self._marks is not None:
+            self._marks.intervals[INTERVAL_PHASES[index]].append((start, end))
 
     def left(self) -> None:
         """The step's scope is over (memtop's own work on it included): data wait starts."""
@@ -148,7 +151,7 @@ class PhaseClock:
 
     # hooks --------------------------------------------------------------------------------------
     def _forward_began(self, module: Any, args: Any) -> None:
-        if self._step is not None and torch._C._current_graph_task_id() == -1:
+        if self._step is not None and _graph_task_id() == -1:
             self._fwd_start = self._mark()  # not a recompute inside backward (checkpointing)
 
     def forward_ended(self) -> None:
@@ -163,11 +166,10 @@ class PhaseClock:
     def _grad_accumulated(self, param: Any) -> None:
         if not self._queued and self._step is not None and self._fwd_end is not None:
             self._queued = True
-            torch.autograd.Variable._execution_engine.queue_callback(
-                self._after_ddp if self._ddp else self._backward_done)
+            self._queue_callback(self._after_ddp if self._ddp else self._backward_done)
 
     def _after_ddp(self) -> None:
-        torch.autograd.Variable._execution_engine.queue_callback(self._backward_done)
+        self._queue_callback(self._backward_done)
 
     def _backward_done(self) -> None:
         self._queued = False

@@ -38,7 +38,7 @@ from probes.control.requests import RunControl
 from probes.control.unix_socket import ControlServer
 from probes.counters.nvml import NvmlPoller
 from probes.instruments.hints import HintWatch
-from probes.instruments.hooks import GPTShape, StepHook, StepTensors
+from probes.instruments.hooks import GPTShape, StepHook, StepTensors, overriding
 from probes.instruments.phases import PhaseClock
 from probes.monitor.forward_hook import ForwardCounter
 from probes.monitor.guard import MemoryGuard
@@ -159,6 +159,8 @@ class Monitor:
             if step_split else None
         for hook in self.hooks:
             hook.setup(self.ctx)
+        self.context_hooks = overriding(self.hooks, "step_context")  # the step path's calls
+        self._end_hooks = overriding(self.hooks, "end_step")
         if self.profiler is not None:
             session.offer("profile", self.profiler.open_window)
             session.offer("profile_cancel", self.profiler.cancel)
@@ -175,7 +177,8 @@ class Monitor:
                       rank=self.rank, step_split=self.phases is not None)
         self.guard = MemoryGuard(max_memory_bytes, self.device.type, self.emit,
                                  self.control.stop)
-        self.guard.check(0, self.memory.read())  # a limit already passed stops before step 1
+        # a limit already passed stops before step 1; the read is not a step's: no peak from it
+        self.guard.check(0, self.memory.read(count_peak=False))
         _OPEN.add(self)
 
     # the loop's side ------------------------------------------------------------------------
@@ -288,7 +291,7 @@ class Monitor:
         if self.phases is not None:
             self.phases.forward_ended()  # before memtop's own work here
         self._micro += 1
-        self.memory.observe_peak()
+        self.memory.observe_peak(budgeted=True)  # CPU: while it costs ≤ 1% of a step
         if self._amp == "auto":
             self._amp = autocast_mode(self.device) or "off"
             self.ctx.amp = self._amp
@@ -329,7 +332,7 @@ class Monitor:
         self.recorder.publish(sample)
         tensors = StepTensors(loss=v.loss if isinstance(v.loss, torch.Tensor) else None,
                               output=v.output, synced=synced)
-        for hook in self.hooks:
+        for hook in self._end_hooks:
             hook.end_step(step, tensors, sample)
         self.session.step = step
         self.guard.check(step, reading, sample.time_s)

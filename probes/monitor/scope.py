@@ -44,7 +44,7 @@ class StepScope:
     def __enter__(self) -> StepScope:
         self._t0 = time.perf_counter()
         try:
-            for hook in self.monitor.hooks:  # most steps no hook wraps: no ExitStack (#28)
+            for hook in self.monitor.context_hooks:  # most steps none wraps: no ExitStack
                 cm = hook.step_context(self.step)
                 if type(cm) is not contextlib.nullcontext:
                     self._stack = self._stack or contextlib.ExitStack()

@@ -92,6 +92,7 @@ class RunSession:
         """The device's counters: a memory probe, and on CUDA the NVML poller (its own thread)
         and, when asked, the allocator's history (probes/counters/cudamem.py)."""
         self.device = device
+        self._device_text = str(device)  # every step row's "device"
         self.memory = MemoryProbe(device)
         if device.type == "cuda":
             self.nvml = NvmlPoller.for_cuda_device(device)
@@ -174,7 +175,7 @@ class RunSession:
             allocated_bytes=reading.allocated_bytes, reserved_bytes=reading.reserved_bytes,
             peak_allocated_bytes=reading.peak_allocated_bytes, driver_used_bytes=driver,
             host_rss_bytes=reading.host_rss_bytes, scale=scale, skipped_steps=skipped_steps,
-            amp=amp, device=str(self.device),
+            amp=amp, device=self._device_text,
             samples_per_s=samples_in_step / step_s if samples_in_step else None,
             rank=self.rank or 0,
             step_peak_allocated_bytes=reading.step_peak_allocated_bytes,
@@ -270,8 +271,12 @@ class RunSession:
         self.closed = True
         failed = self.failed_step is not None
         why = "failed" if failed else (reason or self.control.stop_reason or "finished")
+        data: dict[str, Any] = {"reason": why}
+        if self.memory is not None and not self.memory.is_cuda:  # the CPU's sampled peak
+            data["mid_step_heap_reads"] = self.memory.mid_step_reads
+            data["mid_step_heap_reads_skipped"] = self.memory.mid_step_skipped
         with contextlib.suppress(Exception):
-            self.emit(R.RUN_FINISHED, self.step, {"reason": why})
+            self.emit(R.RUN_FINISHED, self.step, data)
         if self.server is not None:
             self.server.close()
         if self.nvml is not None:

@@ -1,24 +1,27 @@
 """metrics.jsonl written: one JSON object a line, appended; step rows batched and flushed by time.
 
-A step row costs the step path its JSON encoding (one C call, the encoder made once) and a copy
-into a buffer made once: a row waiting for the flush leaves nothing on the heap, so the CPU's
-"allocated" counter (glibc's heap in use, read mid-step and at each step's end) sees no
-sawtooth of waiting rows. (Rows kept as Python objects until a flush did move it: pymalloc
-arenas of 256 KiB came and went with the batches, and a leak alert's first step moved.) The
-flush (one ``os.write``) runs on the publishing thread once ``flush_interval_s`` has passed,
-right after a row is added; a background thread stands in only when rows wait twice the
-interval (a long step, a hung loop), so the file never lags far behind a run that stopped.
-An event is flushed at once, with every row before it: events are rare and are what live
-readers wait for (profile_started, paused, a leak alert, run_finished). The one periodic kind,
-the ledger's measurement (every 50 steps), waits for the next flush instead. The order of the
-file is the order of publishing.
+A step row costs the step path one C call (its values read into a tuple) and an append to a
+queue: the writer's thread (``_Flusher``, one for every open writer) encodes the queued rows
+~``ENCODE_DELAY_S`` after the first of a batch arrives, copies them into a buffer made once,
+and writes the buffer every ``flush_interval_s`` (issue 28: the encoding was ~20 µs of the
+step's host time). A queued row is a tuple of ~0.6 KB of small Python objects (pymalloc, not
+glibc malloc), at most ``MAX_QUEUED_ROWS`` of them (a full queue is encoded by the publishing
+thread itself), so the CPU's "allocated" counter (glibc's heap in use, read mid-step and at
+each step's end) sees no sawtooth of waiting rows. (Rows kept as StepSample objects until a
+flush did move it: each carries a dict of ~2 KB from malloc, and a leak alert's first step
+moved.) An event is written at once, with every row queued before it: events are rare and are
+what live readers wait for (profile_started, paused, a leak alert, run_finished). The one
+periodic kind, the ledger's measurement (every 50 steps), waits for the next flush instead. The
+order of the file is the order of publishing; ``flush_interval_s=0`` writes each row at once,
+on the publishing thread.
 
 What can be lost: nothing on a normal exit, an exception, or an interpreter exit without
 close() (close() flushes; an atexit hook flushes every writer still open). A process killed
 with SIGKILL (or by the OOM killer) loses the step rows published since the last flush: at most
-``flush_interval_s`` of rows and one step (twice the interval when no step ends meanwhile); see
-RESULTS.md, issue 28, and the real ``kill -9`` in tests/unit/test_metrics_writer.py. Every line
-on disk is complete but possibly the last one, which readers skip as a truncated line.
+``flush_interval_s`` of rows and the last ~``ENCODE_DELAY_S`` (twice the interval when no step
+ends meanwhile); see RESULTS.md, issue 28, and the real ``kill -9`` in
+tests/unit/test_metrics_writer.py. Every line on disk is complete but possibly the last one,
+which readers skip as a truncated line.
 """
 
 from __future__ import annotations
@@ -30,15 +33,18 @@ import os
 import threading
 import time
 import weakref
+from collections import deque
 from pathlib import Path
 from typing import Any
 
 from probes import records as R
-from probes.records import Record, StepSample
+from probes.records import STEP_FIELDS, Record, StepSample
 from probes.runfolder.atomic import json_safe
 
 FLUSH_INTERVAL_S = 0.5  # the most of step rows a SIGKILL can take with it
 BUFFER_BYTES = 1 << 20  # ~1,500 step rows: a row waits for the interval or for a full buffer
+ENCODE_DELAY_S = 0.01  # the writer's thread waits this long for a batch of rows to encode
+MAX_QUEUED_ROWS = 512  # rows waiting to be encoded; more and the publishing thread encodes them
 BATCHED_EVENTS = frozenset({R.LEDGER})  # periodic: they wait for the flush; other events do not
 
 # made once: json.dumps with keywords builds a new encoder per call (~1 µs of the step path)
@@ -80,6 +86,9 @@ class MetricsWriter:
         self._deferred: OSError | None = None  # the background flush failed: the next write says
         self.flushes = 0  # file writes so far (each one write of the buffered lines)
         self.flushed_step = 0  # the step of the last row on disk
+        # step rows' values waiting for the writer's thread (deque: append and popleft are
+        # atomic, so the publishing thread never takes the lock for a step row)
+        self._queued: deque[tuple[Any, ...]] = deque()
         if flush_interval_s > 0:
             _FLUSHER.add(self)
 
@@ -92,26 +101,74 @@ class MetricsWriter:
                 raise self._deferred
             if self._fd is None:
                 return
-            n = len(data)
-            if self._used + n > len(self._buf):
-                self._flush_locked()  # full: what waits goes first
-            if n > len(self._buf):
-                self._write_all(memoryview(data))  # a row bigger than the buffer: on its own
-            else:
-                self._view[self._used:self._used + n] = data
-                self._used += n
+            self._add_locked(data)
             self._pending_step = step
             if urgent or time.monotonic() - self._last_flush >= self.flush_interval_s:
                 self._flush_locked()
 
     def write(self, record: Record) -> None:
+        if type(record) is StepSample and self.flush_interval_s > 0:
+            values = record.training_values()
+            if values is not None:  # a training row: queued for the writer's thread
+                if self._deferred is not None:
+                    raise self._deferred
+                queued = self._queued
+                was_empty = not queued
+                queued.append(values)
+                if was_empty:
+                    _FLUSHER.rows_queued()
+                elif len(queued) >= MAX_QUEUED_ROWS:
+                    self.encode_queued()  # the writer's thread is starved: encode here
+                return
         urgent = type(record) is not StepSample and \
             getattr(record, "event", None) not in BATCHED_EVENTS
+        if self._queued:
+            self.encode_queued()  # the file keeps the order of publishing
         self.write_row(record.to_json(), urgent=urgent)
+
+    @property
+    def queued_rows(self) -> int:
+        """Step rows waiting to be encoded (the writer's thread takes them ~10 ms later)."""
+        return len(self._queued)
+
+    def encode_queued(self) -> None:
+        """Encode the queued step rows into the buffer (the writer's thread, a full queue, an
+        event or a flush), in their order; flushes when the interval has passed."""
+        queued = self._queued
+        with self._lock:
+            while queued:
+                if self._fd is None:
+                    queued.clear()
+                    return
+                lines: list[str] = []
+                step = self._pending_step
+                while queued and len(lines) < 256:
+                    values = queued.popleft()
+                    lines.append(json_line(dict(zip(STEP_FIELDS, values, strict=True))))
+                    step = values[0]
+                self._add_locked(("\n".join(lines) + "\n").encode("utf-8"))
+                self._pending_step = step
+            if time.monotonic() - self._last_flush >= self.flush_interval_s:
+                self._flush_locked()
+
+    def _add_locked(self, data: bytes) -> None:
+        n = len(data)
+        if self._used + n > len(self._buf):
+            self._flush_locked()  # full: what waits goes first
+        if n > len(self._buf):
+            self._write_all(memoryview(data))  # rows bigger than the buffer: on their own
+        else:
+            self._view[self._used:self._used + n] = data
+            self._used += n
 
     def flush(self, older_than_s: float = 0.0) -> None:
         """Write what waits now, or only when the last flush is ``older_than_s`` ago (the
         background flusher's test); close() and RunRecorder.flush call it."""
+        if self._queued:
+            try:
+                self.encode_queued()
+            except OSError as exc:  # the disk failed: the step path's next write reports it
+                self._deferred = exc
         with self._lock:
             if self._used and time.monotonic() - self._last_flush >= older_than_s:
                 try:
@@ -136,6 +193,8 @@ class MetricsWriter:
 
     def close(self) -> None:
         _FLUSHER.discard(self)
+        with contextlib.suppress(OSError):
+            self.encode_queued()
         with self._lock:
             if self._fd is not None:
                 with contextlib.suppress(OSError):
@@ -154,13 +213,14 @@ class _Flusher:
     def __init__(self) -> None:
         self._writers: weakref.WeakSet[MetricsWriter] = weakref.WeakSet()
         self._lock = threading.Lock()
-        self._wake = threading.Event()  # a writer with a shorter interval came: sleep less
+        self._rows = threading.Event()  # rows are queued (or a writer with a shorter
+        # interval came: sleep less)
         self._thread: threading.Thread | None = None
 
     def add(self, writer: MetricsWriter) -> None:
         with self._lock:
             self._writers.add(writer)
-            self._wake.set()
+            self._rows.set()
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="memtop-flush",
                                                 daemon=True)
@@ -170,13 +230,27 @@ class _Flusher:
         with self._lock:
             self._writers.discard(writer)
 
+    def rows_queued(self) -> None:
+        """A writer's queue got its first row: encode it (and those that follow) shortly."""
+        self._rows.set()
+
     def _run(self) -> None:
         while True:
             with self._lock:
                 writers = list(self._writers)
             interval = min((w.flush_interval_s for w in writers), default=FLUSH_INTERVAL_S)
-            if self._wake.wait(interval / 2):
-                self._wake.clear()
+            if self._rows.wait(interval / 2):
+                time.sleep(ENCODE_DELAY_S)  # let a batch gather: one wake per batch
+                self._rows.clear()  # before encoding: a row queued meanwhile sets it again
+                with self._lock:
+                    writers = list(self._writers)
+                for writer in writers:
+                    try:
+                        writer.encode_queued()
+                    except OSError as exc:  # the step path's next write reports it
+                        writer._deferred = exc
+                    except Exception:  # noqa: BLE001 - a failing writer must not end the thread
+                        pass
             self.flush_all(writers, stalled_only=True)
 
     def flush_all(self, writers: list[MetricsWriter] | None = None,

@@ -71,6 +71,28 @@ def test_the_background_thread_flushes_rows_when_no_more_come(tmp_path):
     writer.close()
 
 
+def test_the_writers_thread_encodes_queued_rows_and_a_full_queue_is_encoded_at_once(tmp_path):
+    """Issue 28: a step row costs its publisher a queue append; the writer's thread encodes it
+    (not on disk before the interval), and a queue that fills is encoded by the publisher."""
+    from probes.runfolder.writer import MAX_QUEUED_ROWS
+
+    path = tmp_path / "metrics.jsonl"
+    writer = MetricsWriter(path, flush_interval_s=3600)
+    writer.write(make_sample(1))
+    assert writer.queued_rows == 1
+    deadline = time.monotonic() + 30
+    while writer.queued_rows and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert writer.queued_rows == 0 and path.read_text() == ""  # encoded, waiting in the buffer
+    queue_lengths = []  # however fast rows come, the queue stays bounded
+    for step in range(2, 2 + 3 * MAX_QUEUED_ROWS):
+        writer.write(make_sample(step))
+        queue_lengths.append(writer.queued_rows)
+    assert max(queue_lengths) <= MAX_QUEUED_ROWS
+    writer.close()
+    assert _steps_and_events(path) == [f"s:{i}" for i in range(1, 2 + 3 * MAX_QUEUED_ROWS)]
+
+
 def test_a_recorder_flush_makes_the_rows_readable_mid_run(tmp_path):
     rec = RunRecorder(tmp_path, config={})
     rec.publish(make_sample(1))

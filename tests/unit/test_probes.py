@@ -71,6 +71,35 @@ def test_cpu_peak_is_reset_and_tracks_the_sampled_max():
     assert low.peak_allocated_bytes == low.allocated_bytes
 
 
+def test_the_mid_step_heap_read_is_skipped_where_it_costs_over_its_budget():
+    """A step shorter than 100 heap reads: the mid-step read is left out (issue 28), but taken
+    on the first steps (after a reset) and every MID_STEP_EVERY-th step, so a costly heap still
+    shows its forward peak."""
+    from probes.counters.memory import MID_STEP_EVERY, MID_STEP_FIRST
+
+    probe = MemoryProbe(torch.device("cpu"))
+
+    def work():
+        peaks = []
+        for _ in range(MID_STEP_EVERY):
+            probe.begin_step()
+            t = torch.empty(16 * MiB, dtype=torch.uint8)
+            probe.observe_peak(budgeted=True)
+            del t
+            r = probe.read()  # a step of microseconds: one heap read is over 1% of it
+            peaks.append(r.step_peak_allocated_bytes - r.allocated_bytes)
+        return peaks
+
+    peaks = in_thread(work)
+    first = MID_STEP_FIRST  # the first steps after a reset: a run's peak has its forward peak
+    assert all(p >= 15 * MiB for p in peaks[:first]) and peaks[-1] >= 15 * MiB  # and step 16
+    assert all(p < 15 * MiB for p in peaks[first:-1])
+    assert probe.mid_step_reads == first + 1
+    assert probe.mid_step_skipped == MID_STEP_EVERY - first - 1
+    probe.observe_peak()  # a read the caller asks for is always taken
+    assert probe.mid_step_reads == first + 2
+
+
 def test_heap_counters_are_available_on_glibc():
     in_use, held = heap_counters()
     assert 0 < in_use <= held + 1  # in use never exceeds what malloc holds
