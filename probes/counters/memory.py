@@ -106,7 +106,7 @@ class MemoryReading(NamedTuple):
 # lists: ~1 µs on a small heap, ~55-100 µs on a training process's (benchmarks/RESULTS.md, issue
 # 28), which on a fast step is its own overhead; a step without it has the end-of-step reading
 # as its sampled step peak.
-MID_STEP_BUDGET = 0.01
+MID_STEP_BUDGET = 0.002
 MID_STEP_FIRST = 3
 MID_STEP_EVERY = 16
 
@@ -164,7 +164,7 @@ class MemoryProbe:
     def observe_peak(self, budgeted: bool = False) -> None:
         """CPU only: fold one extra heap reading into the sampled peak, mid-step. ``budgeted``
         (the Monitor's own read at the end of each forward): only while it is cheap against
-        the step (``MID_STEP_BUDGET``), or one of the first steps after a reset, or every
+        the step (``MID_STEP_BUDGET``: 0.2%), or one of the first steps after a reset, or every
         ``MID_STEP_EVERY``-th step."""
         if self.is_cuda:
             return  # the CUDA allocator keeps a true high-water mark itself

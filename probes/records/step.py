@@ -44,7 +44,7 @@ class StepSample:
     micro_batches: int | None = None  # forward passes in this optimizer step (accumulation)
     rank: int = 0  # the process's rank under torchrun; 0 when alone
     # this step's high-water mark; CPU: sampled, at the step's end and at the end of each forward
-    # while that read costs ≤ 1% of a step, and always on the first 3 steps after a peak reset
+    # while that read costs ≤ 0.2% of a step, and always on the first 3 steps after a peak reset
     # and every 16th step (probes/counters/memory.py)
     step_peak_allocated_bytes: int | None = None
     alloc_retries: int | None = None  # CUDA: cudaMalloc retried after a cache flush, so far

@@ -2,9 +2,9 @@
 
 A step row costs the step path one C call (its values read into a tuple) and an append to a
 queue: the writer's thread (``_Flusher``, one for every open writer) encodes the queued rows
-~``ENCODE_DELAY_S`` after the first of a batch arrives, copies them into a buffer made once,
-and writes the buffer every ``flush_interval_s`` (issue 28: the encoding was ~20 µs of the
-step's host time). A queued row is a tuple of ~0.6 KB of small Python objects (pymalloc, not
+within ``ENCODE_EVERY_S`` (it polls; the step path never wakes it), copies them into a buffer
+made once, and writes the buffer every ``flush_interval_s`` (issue 28: the encoding was ~20 µs
+of the step's host time). A queued row is a tuple of ~0.6 KB of small Python objects (pymalloc, not
 glibc malloc), at most ``MAX_QUEUED_ROWS`` of them (a full queue is encoded by the publishing
 thread itself), so the CPU's "allocated" counter (glibc's heap in use, read mid-step and at
 each step's end) sees no sawtooth of waiting rows. (Rows kept as StepSample objects until a
@@ -18,7 +18,7 @@ on the publishing thread.
 What can be lost: nothing on a normal exit, an exception, or an interpreter exit without
 close() (close() flushes; an atexit hook flushes every writer still open). A process killed
 with SIGKILL (or by the OOM killer) loses the step rows published since the last flush: at most
-``flush_interval_s`` of rows and the last ~``ENCODE_DELAY_S`` (twice the interval when no step
+``flush_interval_s`` of rows and the last ~``ENCODE_EVERY_S`` (twice the interval when no step
 ends meanwhile); see RESULTS.md, issue 28, and the real ``kill -9`` in
 tests/unit/test_metrics_writer.py. Every line on disk is complete but possibly the last one,
 which readers skip as a truncated line.
@@ -43,8 +43,10 @@ from probes.runfolder.atomic import json_safe
 
 FLUSH_INTERVAL_S = 0.5  # the most of step rows a SIGKILL can take with it
 BUFFER_BYTES = 1 << 20  # ~1,500 step rows: a row waits for the interval or for a full buffer
-ENCODE_DELAY_S = 0.01  # the writer's thread waits this long for a batch of rows to encode
-MAX_QUEUED_ROWS = 512  # rows waiting to be encoded; more and the publishing thread encodes them
+# the writer's thread looks for queued rows this often: polled, never woken from the step path
+# (waking it from each step, an Event.set, cost ~60 µs a step on 10 ms steps: the GIL went to it)
+ENCODE_EVERY_S = 0.05
+MAX_QUEUED_ROWS = 1024  # rows waiting to be encoded; more and the publishing thread encodes them
 BATCHED_EVENTS = frozenset({R.LEDGER})  # periodic: they wait for the flush; other events do not
 
 # made once: json.dumps with keywords builds a new encoder per call (~1 µs of the step path)
@@ -113,12 +115,9 @@ class MetricsWriter:
                 if self._deferred is not None:
                     raise self._deferred
                 queued = self._queued
-                was_empty = not queued
                 queued.append(values)
-                if was_empty:
-                    _FLUSHER.rows_queued()
-                elif len(queued) >= MAX_QUEUED_ROWS:
-                    self.encode_queued()  # the writer's thread is starved: encode here
+                if len(queued) >= MAX_QUEUED_ROWS:
+                    self.encode_queued()  # faster than the writer's thread polls: encode here
                 return
         urgent = type(record) is not StepSample and \
             getattr(record, "event", None) not in BATCHED_EVENTS
@@ -128,7 +127,8 @@ class MetricsWriter:
 
     @property
     def queued_rows(self) -> int:
-        """Step rows waiting to be encoded (the writer's thread takes them ~10 ms later)."""
+        """Step rows waiting to be encoded (the writer's thread takes them within
+        ENCODE_EVERY_S)."""
         return len(self._queued)
 
     def encode_queued(self) -> None:
@@ -213,14 +213,13 @@ class _Flusher:
     def __init__(self) -> None:
         self._writers: weakref.WeakSet[MetricsWriter] = weakref.WeakSet()
         self._lock = threading.Lock()
-        self._rows = threading.Event()  # rows are queued (or a writer with a shorter
-        # interval came: sleep less)
+        self._wake = threading.Event()  # a writer with a shorter interval came: sleep less
         self._thread: threading.Thread | None = None
 
     def add(self, writer: MetricsWriter) -> None:
         with self._lock:
             self._writers.add(writer)
-            self._rows.set()
+            self._wake.set()
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="memtop-flush",
                                                 daemon=True)
@@ -230,28 +229,26 @@ class _Flusher:
         with self._lock:
             self._writers.discard(writer)
 
-    def rows_queued(self) -> None:
-        """A writer's queue got its first row: encode it (and those that follow) shortly."""
-        self._rows.set()
-
     def _run(self) -> None:
+        last_stall_check = time.monotonic()
         while True:
             with self._lock:
                 writers = list(self._writers)
             interval = min((w.flush_interval_s for w in writers), default=FLUSH_INTERVAL_S)
-            if self._rows.wait(interval / 2):
-                time.sleep(ENCODE_DELAY_S)  # let a batch gather: one wake per batch
-                self._rows.clear()  # before encoding: a row queued meanwhile sets it again
-                with self._lock:
-                    writers = list(self._writers)
-                for writer in writers:
-                    try:
-                        writer.encode_queued()
-                    except OSError as exc:  # the step path's next write reports it
-                        writer._deferred = exc
-                    except Exception:  # noqa: BLE001 - a failing writer must not end the thread
-                        pass
-            self.flush_all(writers, stalled_only=True)
+            if self._wake.wait(min(ENCODE_EVERY_S, interval / 2)):
+                self._wake.clear()
+            for writer in writers:
+                if not writer.queued_rows:
+                    continue
+                try:
+                    writer.encode_queued()
+                except OSError as exc:  # the step path's next write reports it
+                    writer._deferred = exc
+                except Exception:  # noqa: BLE001 - a failing writer must not end the thread
+                    pass
+            if time.monotonic() - last_stall_check >= interval / 2:
+                last_stall_check = time.monotonic()
+                self.flush_all(writers, stalled_only=True)
 
     def flush_all(self, writers: list[MetricsWriter] | None = None,
                   stalled_only: bool = False) -> None:
