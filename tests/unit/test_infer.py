@@ -195,6 +195,19 @@ def test_infer_line():
     s = _decode_step(request=1)
     line = format_infer_line(s)
     assert line.startswith("decode") and "ctx    12" in line and "+0.0%" in line
+    assert "heap used" in line and "heap peak" in line and "alloc " not in line
+    # the widest a step can print: a profiled prefill at six-digit steps, GiB-sized counters
+    gib = 1024 ** 3
+    for device, names in (("cpu", ("heap used", "heap peak")), ("cuda", ("allocated", "peak"))):
+        wide = make_sample(123456, loss=None, tokens_per_s=123456.0, step_ms=12345.678,
+                           phase="prefill", tokens=4096, request=999, context_tokens=99999,
+                           kv_cache_bytes=1023 * gib, kv_cache_predicted_bytes=1000 * gib,
+                           allocated_bytes=1023 * gib, peak_allocated_bytes=1023 * gib,
+                           profiling=True, device=device)
+        text = format_infer_line(wide)
+        assert all(len(part) <= 80 for part in text.splitlines()), text
+        assert "[profiling]" in text and "+2.3%" in text
+        assert all(f"{n} 1023 GiB" in text for n in names), text
 
 
 def test_pane_texts_fit_80_columns():
