@@ -217,8 +217,9 @@ def test_pane_texts_fit_80_columns():
                     109 * 1024, 128).to_json()
     wide, narrow = admission_text(adm, 200), admission_text(adm, 78)
     assert "limited by the KV cache" in wide and len(narrow) <= 78
-    # an estimate from a budget, to two figures (68694 -> ~69,000), not to the sequence
-    assert narrow.startswith("admits ~69,000 × 128-token") and "KV cache" in narrow
+    # an estimate from a budget, to two figures (68694 -> about 69,000), not to the sequence
+    assert narrow.startswith("admits about 69,000 × 128-token") and "KV cache" in narrow
+    assert "about 69,000 sequences" in wide and "68694" not in wide + narrow
     s = _decode_step(request=2)
     top, sub = kv_lines(s, 128, 38)
     assert len(top) <= 38 and "+0.0%" in top and sub.startswith("ctx 12/128")
@@ -244,6 +245,10 @@ def test_report_compares_the_cache_with_heap_used_over_a_measured_request(tmp_pa
     assert res["warmup_allocated_slope_bytes_per_position"] is not None
     assert "Across request 2's decode steps" in md and "heap used grew" in md
     assert "allocator's counter" not in md
+    # the budget is host RAM: an estimate in the thousands, rounded and said to be one
+    fit = res["admission"]["sequences_fit"]
+    assert fit > 1000 and f"**about {round(fit, -(len(str(fit)) - 2)):,} concurrent" in md
+    assert f"{fit} concurrent" not in md
     # the default CPU bf16 run's figures (docs/INFERENCE.md): request 1 grew 1110.6 KiB per
     # position, request 3 17.5 KiB, the cache 16 KiB
     kib = 1024.0
