@@ -8,6 +8,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 
+from probes.records.phase_ops import split_ranges
 from tui.format import fit
 from tui.format_panels import (
     default_sort_key,
@@ -43,6 +44,7 @@ class TopOpsTable(Vertical):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.ops: list[dict[str, Any]] = []
+        self.ranges: list[dict[str, Any]] = []
         self.columns: list[str] = []
         self.sort_key = "cpu_total_us"
         self.window: dict[str, Any] = {}
@@ -57,7 +59,8 @@ class TopOpsTable(Vertical):
 
     def show_window(self, step: int, data: dict[str, Any]) -> None:
         """A finished window (``profile_done`` event): replace the rows, default sort."""
-        self.ops = [op for op in data.get("top_ops", []) or [] if isinstance(op, dict)]
+        # an inference window's rows are ops: its phase label and ProfilerStep* are said apart
+        self.ops, self.ranges = split_ranges(data.get("top_ops", []) or [], data.get("phase"))
         self.columns = op_columns(self.ops)
         self.sort_key = default_sort_key(data.get("sort_by"), self.columns)
         self.window = dict(data, step=step)
@@ -109,6 +112,8 @@ class TopOpsTable(Vertical):
         title = f"{what} · step {step} · by {op_column_title(self.sort_key)} (o){more}"
         analysis = self.window.get("analysis_s")
         subtitle = str(where or "")
+        if self.ranges:  # the window's own labels, left out (probes/records/phase_ops.py)
+            subtitle += " · not ops: " + ", ".join(str(r.get("name", "?")) for r in self.ranges)
         if analysis is not None:
             subtitle += f" · analysed in {analysis:.1f} s"
         self.border_title = fit(title, max(10, width - 2))
