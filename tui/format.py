@@ -89,15 +89,16 @@ def label_value_line(label: str, value: str, width: int, short_label: str | None
 
 
 def range_text(kind: str, lo: float | None, hi: float | None, width: int) -> str:
-    """min/max over the pane's window, in the longest form that fits width."""
+    """min/max over the pane's window, in the longest form that fits width; a "min X max Y"
+    form gives each value its unit ("min 99.7 max 201 MiB" read as 99.7 bytes)."""
     if lo is None or hi is None:
         return fit("min/max " + NA, width)
     a, b = format_value(kind, lo), format_value(kind, hi)
     a_num, _, a_unit = a.partition(" ")
     b_num, _, b_unit = b.partition(" ")
-    candidates = [f"min {a}  max {b}", f"min {a} max {b}"]
+    candidates = [f"min {a}  max {b}", f"min {a} max {b}"]  # "min" and "max" each with a unit
     if a_unit and a_unit == b_unit:
-        candidates += [f"min {a_num} max {b_num} {b_unit}", f"{a_num}–{b_num} {b_unit}"]
+        candidates += [f"{a_num}–{b_num} {b_unit}"]  # a range, its one unit after both
     candidates += [f"{a}–{b}"]
     for text in candidates:
         if len(text) <= width:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from factories import make_sample
 
 from probes.records import StepSample
@@ -55,8 +57,14 @@ def test_range_text_uses_the_longest_form_that_fits():
     mib = 1024**2
     assert f.range_text("bytes", 11 * mib, 13 * mib, 40) == "min 11.0 MiB  max 13.0 MiB"
     short = f.range_text("bytes", 11 * mib, 13 * mib, 18)
-    assert short == "min 11.0 max 13.0 MiB" or short == "11.0–13.0 MiB"
+    assert short == "11.0–13.0 MiB"
     assert len(short) <= 18
+    # every width: a "min X max Y" text gives both values their unit (issue 30, item 10)
+    for width in range(8, 40):
+        text = f.range_text("bytes", 99.7 * mib, 201 * mib, width)
+        if text.startswith("min "):
+            assert re.fullmatch(r"min [\d.]+ MiB {1,2}max [\d.]+ MiB", text), text
+        assert len(text) <= width
     assert f.range_text("loss", None, None, 20) == "min/max n/a"
     for width in (6, 10, 14):
         assert len(f.range_text("bytes", 1, 10 * mib, width)) <= width
