@@ -34,7 +34,8 @@ KEYS = (
     ("w", "who holds memory: what grew over the next steps and what keeps it (also "
           "automatic at a leak alert)"),
     ("o", "change the top-ops sort column"),
-    ("v", "chart / top ops / ledger (under 100 columns); the step split (any width)"),
+    ("v", "the lower area: chart, top ops, ledger, step split under 100 columns; from 100 "
+          "the chart with top ops and ledger beside it, then the step split"),
     ("?", "this help (esc closes)"),
     ("q", "stop at the next step boundary, write the report, quit"),
 )
