@@ -7,6 +7,8 @@ Waits poll a condition with a generous deadline (the machine is shared); nothing
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from factories import wait_for
 from textual.widgets._toast import Toast
@@ -27,3 +29,48 @@ async def test_toasts_stack_above_the_status_line(make_app, size):
         assert status.height == 1 and status.y == size[1] - 2  # just above the footer
         for toast in app.screen.query(Toast):
             assert toast.region.bottom <= status.y, (toast.region, status)
+
+
+def _clock(header: str) -> str:
+    """The header's clock field (`step N │ M:SS │ STATE`)."""
+    return next(part.strip() for part in header.split("│") if re.fullmatch(
+        r"\d+:\d\d(:\d\d)?", part.strip()))
+
+
+@pytest.mark.parametrize("size", SIZES)
+async def test_the_header_clock_holds_while_paused(make_app, size):
+    app = make_app()
+    async with app.run_test(size=size) as pilot:
+        await wait_for(pilot, lambda: app.last_sample is not None and app.last_sample.step >= 2,
+                       "the first steps")
+        await pilot.press("space")
+        await wait_for(pilot, lambda: "PAUSED" in app.header_bar.text
+                       and app.run_state.paused_at is not None, "PAUSED in the header")
+        held = _clock(app.header_bar.text)
+        wall = app.trainer.elapsed_s()
+        await wait_for(pilot, lambda: app.trainer.elapsed_s() > wall + 2.5,
+                       "the run's wall clock two seconds on")
+        await wait_for(pilot, lambda: app.ticks > 0, "a refresh")
+        ticks = app.ticks
+        await wait_for(pilot, lambda: app.ticks >= ticks + 2, "refreshes while paused")
+        assert _clock(app.header_bar.text) == held, app.header_bar.text
+        await pilot.press("space")
+        await wait_for(pilot, lambda: app.run_state.paused_at is None
+                       and "RUNNING" in app.header_bar.text, "resumed")
+        # running again: the clock goes on from where it held, the pause left out
+        assert app.elapsed_s() < app.trainer.elapsed_s() - 2.0
+        await pilot.press("q")
+
+
+def test_the_run_clock_leaves_pauses_out():
+    from probes.records import Event
+    from probes.runfolder.state import RunState
+
+    st = RunState()
+    st.apply(Event("paused", 5, 10.0, {"source": "keyboard"}))
+    assert st.run_clock(12.0) == st.run_clock(30.0) == 10.0  # held while paused
+    st.apply(Event("resumed", 5, 40.0, {"source": "keyboard"}))
+    assert st.run_clock(41.0) == 11.0  # 30 s paused, left out
+    st.apply(Event("paused", 9, 50.0, {}))
+    st.apply(Event("resumed", 9, 55.0, {}))
+    assert st.run_clock(60.0) == 25.0

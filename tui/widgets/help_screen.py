@@ -26,7 +26,8 @@ KEYS = (
     ("p", "profiler window (wait, warmup, active steps), then the top-ops table; "
           "p during a window cancels it"),
     ("l", "leak demo on/off; off drops what was leaked (the fix)"),
-    ("space", "pause / resume at the next step boundary"),
+    ("space", "pause / resume at the next step boundary (the header's clock holds while "
+              "paused: it counts the run's time without its pauses)"),
     ("r", "write report.md + report.json now"),
     ("s", "save an SVG screenshot into the run folder"),
     ("m", "CUDA: memory snapshot into the run folder for pytorch.org/memory_viz (state only "

@@ -49,9 +49,11 @@ class TopOpsTable(Vertical):
         self.sort_key = "cpu_total_us"
         self.window: dict[str, Any] = {}
         self._table: DataTable = DataTable(zebra_stripes=True, cursor_type="none")
+        # held, not queried: a note set while the app shuts down finds it removed, not missing
+        self._placeholder = Static(PLACEHOLDER, id="ops-placeholder", markup=False)
 
     def compose(self) -> ComposeResult:
-        yield Static(PLACEHOLDER, id="ops-placeholder", markup=False)
+        yield self._placeholder
         yield self._table
 
     def on_mount(self) -> None:
@@ -70,7 +72,7 @@ class TopOpsTable(Vertical):
     def set_note(self, text: str) -> None:
         """Status text while no table is loaded (e.g. a cancelled window)."""
         if not self.ops:
-            self.query_one("#ops-placeholder", Static).update(text)
+            self._placeholder.update(text)
 
     def cycle_sort(self) -> str | None:
         """Next sort column; returns its title, None when there is nothing to sort."""
