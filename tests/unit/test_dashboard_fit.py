@@ -74,3 +74,39 @@ def test_the_run_clock_leaves_pauses_out():
     st.apply(Event("paused", 9, 50.0, {}))
     st.apply(Event("resumed", 9, 55.0, {}))
     assert st.run_clock(60.0) == 25.0
+
+
+def _footer_problems(app) -> list[str]:
+    """Keys the footer row cuts or shows past its edge; descriptions not whole nor marked."""
+    from textual.widgets._footer import FooterKey
+
+    from tui.app import MemtopApp
+    from tui.widgets.footer import MemtopFooter
+
+    footer = app.screen.query_one(MemtopFooter)
+    words = {b.description for b in MemtopApp.BINDINGS} | {"prof", "rep", "who", "stop"}
+    problems = []
+    for key in footer.query(FooterKey):
+        if key.region.right > footer.region.right or key.region.width == 0:
+            problems.append(f"{key.key_display} {key.description} past the edge")
+        if key.description not in words and not key.description.endswith("…"):
+            problems.append(f"{key.key_display} {key.description!r} cut without …")
+    return problems
+
+
+@pytest.mark.parametrize("size", SIZES)
+async def test_the_footer_cuts_no_key_label_unmarked(make_app, size):
+    from textual.widgets._footer import FooterKey
+
+    app = make_app(autostart=False)
+    async with app.run_test(size=size) as pilot:
+        await wait_for(pilot, lambda: len(app.screen.query(FooterKey)) >= 8, "the footer's keys")
+        assert not _footer_problems(app)
+        shown = [k.key_display for k in app.screen.query(FooterKey)]
+        assert shown[-1] == "q" and "?" in shown  # quit and help stay on the row
+        if size[0] >= 100:
+            assert "who holds" in [k.description for k in app.screen.query(FooterKey)]
+        await pilot.resize_terminal(60, 24)  # narrower than the short words: cut, marked
+        await wait_for(pilot, lambda: any(k.description.endswith("…")
+                                          for k in app.screen.query(FooterKey)), "cut keys")
+        assert not _footer_problems(app)

@@ -288,3 +288,17 @@ def test_op_columns_give_way_to_the_name_but_never_the_sort_column():
     two = visible_op_columns(cols, "cpu_memory_bytes", wide - OP_COLUMN_CELLS * 2)
     assert two == ["calls", "cpu_memory_bytes"]  # the sort column kept, the order kept
     assert visible_op_columns(cols, "cpu_memory_bytes", 10) == ["cpu_memory_bytes"]
+
+
+def test_footer_descriptions_fit_the_row_and_mark_every_cut():
+    keys = [("p", "profile"), ("l", "leak"), ("space", "pause"), ("r", "report"), ("s", "svg"),
+            ("o", "sort"), ("v", "view"), ("w", "who holds"), ("?", "help"), ("q", "quit")]
+    assert f.footer_width(keys) == 83  # Textual cut this row at 80 columns to "… q q"
+    assert f.footer_descriptions(keys, 100) == [d for _, d in keys]
+    short = f.footer_descriptions(keys, 80)
+    assert short[0] == "prof" and short[7] == "who" and short[-1] == "quit"
+    for width in (80, 70, 60, 50):
+        descs = f.footer_descriptions(keys, width)
+        assert f.footer_width(list(zip([k for k, _ in keys], descs, strict=True))) <= width
+        assert all(d in (full, f.FOOTER_SHORT.get(full)) or d.endswith("…")
+                   for d, (_, full) in zip(descs, keys, strict=True)), descs
