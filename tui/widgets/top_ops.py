@@ -59,13 +59,14 @@ class TopOpsTable(Vertical):
     def on_mount(self) -> None:
         self.border_title = "top ops"
 
-    def show_window(self, step: int, data: dict[str, Any]) -> None:
-        """A finished window (``profile_done`` event): replace the rows, default sort."""
+    def show_window(self, step: int, data: dict[str, Any], rank: int | None = None) -> None:
+        """A finished window (``profile_done`` event): replace the rows, default sort;
+        ``rank``, under several ranks, is whose window it is (the title says it)."""
         # an inference window's rows are ops: its phase label and ProfilerStep* are said apart
         self.ops, self.ranges = split_ranges(data.get("top_ops", []) or [], data.get("phase"))
         self.columns = op_columns(self.ops)
         self.sort_key = default_sort_key(data.get("sort_by"), self.columns)
-        self.window = dict(data, step=step)
+        self.window = dict(data, step=step, rank=rank)
         self.set_class(True, "-loaded")
         self._populate()
 
@@ -109,6 +110,9 @@ class TopOpsTable(Vertical):
         where = self.window.get("dir")
         phase = self.window.get("phase")  # inference windows cover one phase only
         what = f"{phase} top ops" if phase else "top ops"
+        rank = self.window.get("rank")
+        if rank is not None:
+            what += f" · rank {rank}"
         hidden = len(self.columns) - len(shown)
         more = f" · +{hidden} col{'s' * (hidden > 1)} if wider" if hidden else ""
         title = f"{what} · step {step} · by {op_column_title(self.sort_key)} (o){more}"
