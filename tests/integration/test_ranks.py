@@ -227,6 +227,8 @@ async def test_each_ranks_window_is_its_own_and_top_ops_say_whose(tmp_path):
         assert f"[rank {rank}] == profile_done at step" in res.stdout
     assert "[rank 0] == profile_started at step 4  wait 1 / warmup 1 / active 3 into " \
         "profiles/step-4/rank-1" not in res.stdout
+    ranks_md = (run / "report.md").read_text().split("## Ranks")[1]
+    assert "| heap peak " in ranks_md and "| peak RSS " in ranks_md  # item 5: one name each
     for size in ((80, 24), (120, 40)):
         app = MemtopApp.for_folder(run, refresh_s=0.1, freeze_gc=False)
         async with app.run_test(size=size) as pilot:
