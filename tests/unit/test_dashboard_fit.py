@@ -1,6 +1,6 @@
 """Issue 30, item 13's screen leftovers, by Pilot at 80×24 and 120×40: toasts leave the status
-line visible, the header clock holds while paused, the footer cuts no key label unmarked, and
-top ops say whose window they show beside another rank's panes.
+line visible, the header clock holds while paused, the footer cuts no key label unmarked (v at
+100+ columns: test_step_split_pane.py; top ops' rank under --nproc 2: integration/test_ranks.py).
 
 Waits poll a condition with a generous deadline (the machine is shared); nothing asserts a time.
 """
