@@ -23,6 +23,9 @@ from tui.key_roles import action_shown, key_role
 from tui.widgets.confirm import ConfirmScreen
 from tui.widgets.help_screen import HelpScreen
 
+# views that show beside the chart from 100 columns (tui/memtop.tcss): `v` skips them there
+SIDE_BY_SIDE = ("ops", "ledger")
+
 
 class AppActions:
     """Mixed into MemtopApp; uses its source, run state and widgets."""
@@ -151,8 +154,13 @@ class AppActions:
             self.notify("no top-ops table yet: press p first", timeout=3)
 
     def action_view(self: Any) -> None:
+        """The next view of the lower area that looks different: from 100 columns the chart,
+        top ops and ledger show side by side, so `v` goes chart -> step split (-> ranks)."""
         views = self.views
-        self.set_view(views[(views.index(self.view) + 1) % len(views)])
+        if self.screen.has_class("-wide"):
+            views = tuple(v for v in views if v not in SIDE_BY_SIDE)
+        current = self.view if self.view in views else "chart"
+        self.set_view(views[(views.index(current) + 1) % len(views)])
 
     def check_action(self: Any, action: str, parameters: tuple[object, ...]) -> bool | None:
         """The footer offers only the keys this dashboard's role can use (tui/key_roles.py)."""

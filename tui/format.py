@@ -89,15 +89,16 @@ def label_value_line(label: str, value: str, width: int, short_label: str | None
 
 
 def range_text(kind: str, lo: float | None, hi: float | None, width: int) -> str:
-    """min/max over the pane's window, in the longest form that fits width."""
+    """min/max over the pane's window, in the longest form that fits width; a "min X max Y"
+    form gives each value its unit ("min 99.7 max 201 MiB" read as 99.7 bytes)."""
     if lo is None or hi is None:
         return fit("min/max " + NA, width)
     a, b = format_value(kind, lo), format_value(kind, hi)
     a_num, _, a_unit = a.partition(" ")
     b_num, _, b_unit = b.partition(" ")
-    candidates = [f"min {a}  max {b}", f"min {a} max {b}"]
+    candidates = [f"min {a}  max {b}", f"min {a} max {b}"]  # "min" and "max" each with a unit
     if a_unit and a_unit == b_unit:
-        candidates += [f"min {a_num} max {b_num} {b_unit}", f"{a_num}–{b_num} {b_unit}"]
+        candidates += [f"{a_num}–{b_num} {b_unit}"]  # a range, its one unit after both
     candidates += [f"{a}–{b}"]
     for text in candidates:
         if len(text) <= width:
@@ -172,3 +173,28 @@ def leak_demo_text(kind: str | None, active: bool, since: int | None, toggling: 
     if active:
         return f"leak demo: {kind} since step {since}" if since else f"leak demo: {kind}"
     return "leak demo: off"
+
+
+# the footer's shorter words, for a row of keys that does not fit (the help has them in full)
+FOOTER_SHORT = {"profile": "prof", "report": "rep", "who holds": "who", "stop run": "stop"}
+
+
+def footer_width(keys: list[tuple[str, str]]) -> int:
+    """Columns of a compact footer row: "key description" per key, one column between keys."""
+    return sum(len(k) + (1 + len(d) if d else 0) for k, d in keys) + max(0, len(keys) - 1)
+
+
+def footer_descriptions(keys: list[tuple[str, str]], width: int) -> list[str]:
+    """Each key's description so the row fits ``width``: the full words, else the short ones
+    (FOOTER_SHORT), else the longest cut with "…" one column at a time; a key itself is never
+    cut, so no label ends mid-word without the mark ("q q" at 80 columns, issue 30)."""
+    descs = [d for _, d in keys]
+    if footer_width(keys) <= width:
+        return descs
+    descs = [FOOTER_SHORT.get(d, d) for d in descs]
+    while footer_width(list(zip([k for k, _ in keys], descs, strict=True))) > width:
+        longest = max(range(len(descs)), key=lambda i: len(descs[i]))
+        if len(descs[longest]) <= 1:
+            break  # the keys alone are wider: nothing left to cut
+        descs[longest] = fit(descs[longest], len(descs[longest]) - 1)
+    return descs

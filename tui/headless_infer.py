@@ -14,15 +14,18 @@ from tui.headless import drive, format_event_line
 
 
 def format_infer_line(s: StepSample) -> str:
-    """One compact line for an inference step (pure; tested without a run)."""
+    """Two lines for an inference step, each ≤ 80 columns (pure; tested without a run): the
+    step and its time, then the KV cache against its formula and the counters by their one
+    name (probes/records/names.py)."""
     kv, pred = s.kv_cache_bytes, s.kv_cache_predicted_bytes
     off = f" {kv / pred - 1:+.1%}" if kv is not None and pred else ""
-    return (f"{s.phase or '?':<7} req {s.request or '?':>3} step {s.step:>5}  "
-            f"ctx {s.context_tokens or 0:>5}  {s.step_ms:7.2f} ms  "
-            f"{format_rate(s.tokens_per_s)} tok/s  KV {format_bytes(kv)} "
-            f"(pred {format_bytes(pred)}{off})  alloc {format_bytes(s.allocated_bytes)}  "
-            f"peak {format_bytes(s.peak_allocated_bytes)}"
-            + ("  [profiling]" if s.profiling else ""))
+    first = (f"{s.phase or '?':<7} req {s.request or '?':>3}  step {s.step:>6}  "
+             f"ctx {s.context_tokens or 0:>5}  {s.step_ms:8.2f} ms  "
+             f"{format_rate(s.tokens_per_s)} tok/s" + ("  [profiling]" if s.profiling else ""))
+    memory = "  ".join(f"{R.counter_name(pane, s.device)} {format_bytes(value)}"
+                       for pane, value in (("allocated", s.allocated_bytes),
+                                           ("peak", s.peak_allocated_bytes)))
+    return f"{first}\n  KV {format_bytes(kv)} (pred {format_bytes(pred)}{off})  {memory}"
 
 
 class InferPrinter:

@@ -78,7 +78,9 @@ class LiveEvents:
 
     def _profile_done(self: Any, event: Event) -> None:
         self._profile_requested = False
-        self.ops_table.show_window(event.step, event.data)
+        # several ranks: the panes' rank (0) says so in the table's title
+        self.ops_table.show_window(event.step, event.data,
+                                   rank=event.rank if self.ranks_mode else None)
         if self.size.width < 100:  # narrow: the table takes the chart's place
             self.set_view("ops")
         self.notify(f"top ops ready (step {event.step}); o changes the sort", timeout=4)

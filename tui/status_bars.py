@@ -17,10 +17,13 @@ class StatusBars:
     """Mixed into MemtopApp (tui/app.py); uses its run state, source and key flags."""
 
     def elapsed_s(self: Any) -> float:
-        trainer = self.trainer
-        if trainer is not None and trainer.alive and not self.run_state.finished:
-            return trainer.elapsed_s()
-        return self.last_sample.time_s if self.last_sample else self.run_state.time_s
+        """The header's clock: the run's time without its pauses (held while paused)."""
+        trainer, st = self.trainer, self.run_state
+        if trainer is not None and trainer.alive and not st.finished:
+            now = trainer.elapsed_s()
+        else:
+            now = self.last_sample.time_s if self.last_sample else st.time_s
+        return st.run_clock(now)
 
     def update_header(self: Any) -> None:
         st = self.run_state

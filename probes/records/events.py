@@ -10,6 +10,7 @@ from typing import Any
 
 from probes.records.culprits import LEAK_CULPRIT_FIELDS, culprit_summary
 from probes.records.forecast import fill_text
+from probes.records.phase_ops import split_ranges
 from probes.records.step import StepSample
 from probes.records.values import clean, finite_num, is_int, short_text
 from probes.tools.units import format_bytes, format_estimate
@@ -218,8 +219,8 @@ def _leak(d: Mapping[str, Any]) -> str:
 
 
 def _profile_done(d: Mapping[str, Any]) -> str:
-    ops = d.get("top_ops") or []
-    top = ops[0].get("name") if ops and isinstance(ops[0], dict) else None
+    ops, _ = split_ranges(d.get("top_ops") or [], d.get("phase"))  # an op, not a label
+    top = ops[0].get("name") if ops else None
     return (f"{d.get('dir')}: {len(ops)} ops, top {top}" if top else f"{d.get('dir')}")
 
 

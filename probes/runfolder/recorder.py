@@ -10,6 +10,7 @@ the last row, and whatever the abandoned step publishes later is dropped.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -73,6 +74,10 @@ class RunRecorder:
         return event
 
     def publish(self, record: Record) -> None:
+        if self.rank and isinstance(record, Event) and record.rank != self.rank:
+            # an instrument's event (profiler window, ledger, leak watch, hints) is built
+            # without a rank: this process's rank, or rank 1's window read back as rank 0's
+            record = dataclasses.replace(record, rank=self.rank)
         with self._lock:
             if self.sealed:
                 return  # the run was ended from outside: run_finished stays the last row

@@ -72,6 +72,15 @@ class RunState:
     finished: bool = False
     guard_tripped: bool = False  # --max-memory stopped the run (exit status 3)
     records: int = 0
+    paused_s: float = 0.0  # the run's clock spent in pauses already resumed
+    paused_at: float | None = None  # the run's clock when the pause in course began
+
+    def run_clock(self, now_s: float) -> float:
+        """The header's clock: the run's time ``now_s`` without its pauses, held while one
+        lasts (the rows' time_s, the run's wall clock, keep counting through them)."""
+        if self.paused_at is not None:
+            now_s = min(now_s, self.paused_at)
+        return max(0.0, now_s - self.paused_s)
 
     @property
     def ended(self) -> bool:
@@ -120,9 +129,14 @@ class RunState:
             self.counters = d.get("counters")
         elif name == R.PAUSED:
             self.state = "paused"
+            if self.paused_at is None:
+                self.paused_at = e.time_s or 0.0
         elif name == R.RESUMED:
             if self.state == "paused":
                 self.state = "running"
+            if self.paused_at is not None:
+                self.paused_s += max(0.0, (e.time_s or 0.0) - self.paused_at)
+                self.paused_at = None
         elif name == R.PROFILE_STARTED:
             self.window = ProfileWindow(e.step, int(d.get("wait") or 0),
                                         int(d.get("warmup") or 0), int(d.get("active") or 1))

@@ -99,14 +99,14 @@ def format_count(n: float | None) -> str:
 
 
 def format_estimate(n: float | None, na: str = NA) -> str:
-    """An estimate to two significant figures, with the "~" that says so: 31032 -> '~31,000'
-    (a count derived from a budget is not precise to the unit)."""
+    """An estimate to two significant figures, with the "about" that says so: 31032 ->
+    'about 31,000' (a count derived from a budget is not precise to the unit)."""
     if n is None:
         return na
     if abs(n) < 100:  # small counts are exact
         return f"{n:.0f}"
     digits = len(str(int(abs(n)))) - 2
-    return f"~{round(n, -digits):,.0f}"
+    return f"about {round(n, -digits):,.0f}"
 
 
 def format_steps(n: float | None) -> str:

@@ -207,3 +207,33 @@ def test_a_port_in_use_is_refused(tmp_path):
                       "cpu", "--run-dir", str(tmp_path / "runs"))
     assert res.returncode == 2 and f"port {port} is already in use" in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.slow  # torchrun and two ranks that import torch
+async def test_each_ranks_window_is_its_own_and_top_ops_say_whose(tmp_path):
+    """issue 30: rank 1's profiler events were written without its rank, so headless printed
+    them as `[rank 0]` and the dashboard showed rank 1's window beside rank 0's panes."""
+    from tui.app import MemtopApp
+
+    res = run_cli("train", "--headless", "--nproc", "2", "--steps", "16", "--profile-at", "4",
+                  "--run-dir", str(tmp_path / "runs"), *TINY_ARGS, timeout=DEADLINE_S)
+    assert res.returncode == 0, res.stdout + res.stderr
+    run = _run_folder(tmp_path / "runs")
+    for rank in (0, 1):
+        events = [r for r in read_jsonl(run / f"metrics-rank-{rank}.jsonl") if "event" in r]
+        assert {e.get("rank", 0) for e in events} == {rank}, rank
+        done = _events(run, rank, "profile_done")
+        assert len(done) == 1 and done[0]["dir"].endswith(f"rank-{rank}")
+        assert f"[rank {rank}] == profile_done at step" in res.stdout
+    assert "[rank 0] == profile_started at step 4  wait 1 / warmup 1 / active 3 into " \
+        "profiles/step-4/rank-1" not in res.stdout
+    ranks_md = (run / "report.md").read_text().split("## Ranks")[1]
+    assert "| heap peak " in ranks_md and "| peak RSS " in ranks_md  # item 5: one name each
+    for size in ((80, 24), (120, 40)):
+        app = MemtopApp.for_folder(run, refresh_s=0.1, freeze_gc=False)
+        async with app.run_test(size=size) as pilot:
+            table = app.ops_table
+            await wait_for(pilot, lambda t=table: bool(t.ops), "the top-ops table")
+            assert table.window["dir"].endswith("rank-0")  # the panes' rank
+            assert "rank 0" in str(table.border_title), table.border_title
+            await pilot.press("q")

@@ -472,7 +472,7 @@ async def test_top_op_names_keep_their_room_at_every_size(make_app, size):
         app.ring.push(Event("profile_done", 9, 1.0, {
             "dir": "profiles/step-5", "sort_by": "cpu", "top_ops": ops, "analysis_s": 0.4}))
         await wait_for(pilot, lambda: app.ops_table.ops, "top-ops table")
-        if app.view != "ops":
+        if size[0] < 100 and app.view != "ops":  # from 100 columns top ops is always shown
             await pilot.press("v")
         await wait_for(pilot, lambda: app.ops_table.size.width > 0, "the table on screen")
         table = app.ops_table.query_one(DataTable)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from factories import make_sample
 
 from probes.records import StepSample
@@ -55,8 +57,14 @@ def test_range_text_uses_the_longest_form_that_fits():
     mib = 1024**2
     assert f.range_text("bytes", 11 * mib, 13 * mib, 40) == "min 11.0 MiB  max 13.0 MiB"
     short = f.range_text("bytes", 11 * mib, 13 * mib, 18)
-    assert short == "min 11.0 max 13.0 MiB" or short == "11.0–13.0 MiB"
+    assert short == "11.0–13.0 MiB"
     assert len(short) <= 18
+    # every width: a "min X max Y" text gives both values their unit (issue 30, item 10)
+    for width in range(8, 40):
+        text = f.range_text("bytes", 99.7 * mib, 201 * mib, width)
+        if text.startswith("min "):
+            assert re.fullmatch(r"min [\d.]+ MiB {1,2}max [\d.]+ MiB", text), text
+        assert len(text) <= width
     assert f.range_text("loss", None, None, 20) == "min/max n/a"
     for width in (6, 10, 14):
         assert len(f.range_text("bytes", 1, 10 * mib, width)) <= width
@@ -280,3 +288,17 @@ def test_op_columns_give_way_to_the_name_but_never_the_sort_column():
     two = visible_op_columns(cols, "cpu_memory_bytes", wide - OP_COLUMN_CELLS * 2)
     assert two == ["calls", "cpu_memory_bytes"]  # the sort column kept, the order kept
     assert visible_op_columns(cols, "cpu_memory_bytes", 10) == ["cpu_memory_bytes"]
+
+
+def test_footer_descriptions_fit_the_row_and_mark_every_cut():
+    keys = [("p", "profile"), ("l", "leak"), ("space", "pause"), ("r", "report"), ("s", "svg"),
+            ("o", "sort"), ("v", "view"), ("w", "who holds"), ("?", "help"), ("q", "quit")]
+    assert f.footer_width(keys) == 83  # Textual cut this row at 80 columns to "… q q"
+    assert f.footer_descriptions(keys, 100) == [d for _, d in keys]
+    short = f.footer_descriptions(keys, 80)
+    assert short[0] == "prof" and short[7] == "who" and short[-1] == "quit"
+    for width in (80, 70, 60, 50):
+        descs = f.footer_descriptions(keys, width)
+        assert f.footer_width(list(zip([k for k, _ in keys], descs, strict=True))) <= width
+        assert all(d in (full, f.FOOTER_SHORT.get(full)) or d.endswith("…")
+                   for d, (_, full) in zip(descs, keys, strict=True)), descs

@@ -195,6 +195,19 @@ def test_infer_line():
     s = _decode_step(request=1)
     line = format_infer_line(s)
     assert line.startswith("decode") and "ctx    12" in line and "+0.0%" in line
+    assert "heap used" in line and "heap peak" in line and "alloc " not in line
+    # the widest a step can print: a profiled prefill at six-digit steps, GiB-sized counters
+    gib = 1024 ** 3
+    for device, names in (("cpu", ("heap used", "heap peak")), ("cuda", ("allocated", "peak"))):
+        wide = make_sample(123456, loss=None, tokens_per_s=123456.0, step_ms=12345.678,
+                           phase="prefill", tokens=4096, request=999, context_tokens=99999,
+                           kv_cache_bytes=1023 * gib, kv_cache_predicted_bytes=1000 * gib,
+                           allocated_bytes=1023 * gib, peak_allocated_bytes=1023 * gib,
+                           profiling=True, device=device)
+        text = format_infer_line(wide)
+        assert all(len(part) <= 80 for part in text.splitlines()), text
+        assert "[profiling]" in text and "+2.3%" in text
+        assert all(f"{n} 1023 GiB" in text for n in names), text
 
 
 def test_pane_texts_fit_80_columns():
@@ -204,8 +217,9 @@ def test_pane_texts_fit_80_columns():
                     109 * 1024, 128).to_json()
     wide, narrow = admission_text(adm, 200), admission_text(adm, 78)
     assert "limited by the KV cache" in wide and len(narrow) <= 78
-    # an estimate from a budget, to two figures (68694 -> ~69,000), not to the sequence
-    assert narrow.startswith("admits ~69,000 × 128-token") and "KV cache" in narrow
+    # an estimate from a budget, to two figures (68694 -> about 69,000), not to the sequence
+    assert narrow.startswith("admits about 69,000 × 128-token") and "KV cache" in narrow
+    assert "about 69,000 sequences" in wide and "68694" not in wide + narrow
     s = _decode_step(request=2)
     top, sub = kv_lines(s, 128, 38)
     assert len(top) <= 38 and "+0.0%" in top and sub.startswith("ctx 12/128")
@@ -214,3 +228,39 @@ def test_pane_texts_fit_80_columns():
     p_line, d_line = phase_lines([pre], [s], 38)
     assert p_line.startswith("prefill 400 tok/s") and "TTFT p50 40.0 ms" in p_line
     assert d_line.startswith("decode  800 tok/s") and len(d_line) <= 38
+
+
+def test_report_compares_the_cache_with_heap_used_over_a_measured_request(tmp_path):
+    """Like with like: both slopes over the same measured request (not the warm-up), the
+    counter by its one name; the warm-up's extra growth said with its figures when clear."""
+    from probes.analysis.report.build import write_report
+    from probes.analysis.report.sections.infer_results import _kv_cache
+
+    code, run_dir, _, _ = run_infer(tmp_path, requests=3)
+    assert code == 0
+    md = write_report(run_dir).read_text()
+    res = json.loads((run_dir / "report.json").read_text())["results"]
+    assert res["slope_request"] == 2  # request 1 warms up; 2 and 3 are as long
+    assert res["kv_slope_bytes_per_position"] == res["kv_bytes_per_position"] == 256
+    assert res["warmup_allocated_slope_bytes_per_position"] is not None
+    assert "Across request 2's decode steps" in md and "heap used grew" in md
+    assert "allocator's counter" not in md
+    # the budget is host RAM: an estimate in the thousands, rounded and said to be one
+    fit = res["admission"]["sequences_fit"]
+    assert fit > 1000 and f"**about {round(fit, -(len(str(fit)) - 2)):,} concurrent" in md
+    assert f"{fit} concurrent" not in md
+    # the default CPU bf16 run's figures (docs/INFERENCE.md): request 1 grew 1110.6 KiB per
+    # position, request 3 17.5 KiB, the cache 16 KiB
+    kib = 1024.0
+    res.update(warmup_allocated_slope_bytes_per_position=1110.6 * kib, slope_request=3,
+               allocated_slope_bytes_per_position=17.5 * kib, kv_bytes_per_position=16 * 1024,
+               kv_slope_bytes_per_position=16 * kib, device="cpu", amp="bf16",
+               attention="explicit")
+    text = " ".join(_kv_cache(res))
+    assert ("In request 1 (the warm-up) heap used grew 1.1 MiB per position, 1.1 MiB more than "
+            "in request 3") in text and "oneDNN" in text and "17.5 KiB per position" in text
+    assert "oneDNN" not in " ".join(_kv_cache({**res, "attention": "sdpa"}))
+    # fp32: request 1 grew as the others did; nothing to explain
+    res.update(warmup_allocated_slope_bytes_per_position=32 * kib, amp="off",
+               allocated_slope_bytes_per_position=32 * kib, kv_bytes_per_position=32 * 1024)
+    assert "warm-up" not in " ".join(_kv_cache(res))

@@ -56,3 +56,37 @@ async def test_view_of_a_finished_inference_run(tmp_path):
         assert len(kv.history) == 16 and "+0.0%" in kv.text[0]
         assert "16-token" in app.admission.text and "limit: " in app.admission.text
         assert app.query_one("#phases").text[1].startswith("decode")
+
+
+async def test_a_phase_window_shows_ops_not_its_own_label(tmp_path):
+    """The decode window's rows are ops: memtop's `decode` label and ProfilerStep* (ranges
+    that wrap the steps) are said apart, in the event line, the report and the pane."""
+    from probes import records as R
+    from probes.analysis.report.build import write_report
+    from tui.app import MemtopApp
+
+    code, run_dir, _, events = run_infer(tmp_path, profile_phase="both", new_tokens=8)
+    assert code == 0
+    done = {e["phase"]: e for e in events if e["event"] == R.PROFILE_DONE}
+    raw = [op["name"] for op in done["decode"]["top_ops"]]
+    assert "decode" in raw and "ProfilerStep*" in raw  # in the trace's ranking, as ranges
+    for phase, e in done.items():
+        summary = R.record_from_json(e).summary()
+        assert f"top {phase}" not in summary and "top ProfilerStep*" not in summary
+        assert "top aten::" in summary
+    md = write_report(run_dir).read_text()
+    decode_part = md[md.index("### decode"):]
+    assert "| decode " not in decode_part and "| ProfilerStep* " not in decode_part
+    assert "Left out of the rows: `decode` and `ProfilerStep*`" in decode_part
+    assert "memtop's label for the window's steps" in decode_part
+    assert "hottest op was aten::" in md
+    for size in ((80, 24), (120, 40)):
+        app = MemtopApp.for_folder(run_dir, refresh_s=0.1, freeze_gc=False)
+        async with app.run_test(size=size) as pilot:
+            table = app.ops_table
+            await wait_for(pilot, lambda t=table: bool(t.ops), "the last window's rows")
+            assert app.ops_table.window["phase"] == "decode"
+            names = app.ops_table.row_names
+            assert names and not {"decode", "ProfilerStep*"} & set(names)
+            subtitle = str(app.ops_table.border_subtitle)
+            assert "not ops: decode, ProfilerStep*" in subtitle, subtitle

@@ -102,6 +102,22 @@ def test_a_recorder_flush_makes_the_rows_readable_mid_run(tmp_path):
     rec.close()
 
 
+def test_a_ranks_recorder_writes_its_rank_on_every_event(tmp_path):
+    """issue 30: an instrument builds its Event without a rank (profiler window, ledger, leak
+    watch), so rank 1's window read back as rank 0's: beside rank 0's panes, unsaid."""
+    from probes.records import Event
+
+    seen = []
+    rec = RunRecorder(tmp_path, rank=1, sinks=[seen.append])
+    rec.publish(Event("profile_done", 9, 1.0, {"dir": "profiles/step-5/rank-1", "top_ops": []}))
+    rec.emit("hint", 9, {"kind": "x", "message": "y"})
+    rec.close()
+    _steps, events, bad = read_metrics(rec.metrics_path)
+    assert bad == 0 and [e["event"] for e in events][:2] == ["profile_done", "hint"]
+    assert all(e.get("rank") == 1 for e in events)
+    assert [r.rank for r in seen] == [1] * len(seen)
+
+
 CHILD = textwrap.dedent("""
     import os, sys, time
     sys.path.insert(0, {root!r})

@@ -28,6 +28,15 @@ def test_rank_table_fits_80x24_for_2_to_8_ranks():
         assert f"slowest: rank {n - 1}" in text and f"highest peak: rank {n - 1}" in text
         assert "LEAK suspected on rank 1" in text
         assert all(f"\n{k:>6} " in text for k in range(n))
+        # the counters by their one name (probes/records/names.py), as the panes say them
+        assert lines[0].split() == ["rank", "heap", "used", "heap", "held", "heap", "peak",
+                                    "RSS", "step", "tok/s"], lines[0]
+    cuda = [RankRow(k, StepSample.from_json({**sample(k).to_json(), "device": "cuda:0"}))
+            for k in range(2)]
+    head = rank_table_lines(cuda, 78, 14)[0]
+    assert head.split() == ["rank", "allocated", "reserved", "peak", "NVML", "used", "step",
+                            "tok/s"], head
+    assert "alloc " not in head and "resv" not in head and "driver" not in head
 
 
 def test_the_rank_that_raised_is_named_not_the_peer_left_waiting():

@@ -92,3 +92,23 @@ def test_gpu_busy_line():
     assert gpu_busy_text(mig, "cuda").startswith("GPU busy n/a  mem bw n/a  power 90 W")
     assert "MIG" in gpu_busy_text(mig, "cuda")
     assert gpu_busy_text(s, "cpu") == "GPU busy: n/a on CPU"
+
+
+@pytest.mark.parametrize("size", [(100, 30), (120, 40)])
+async def test_v_changes_what_is_shown_at_every_press_when_wide(make_app, size):
+    """issue 30: from 100 columns chart, top ops and ledger are side by side, so `v` to "ops"
+    or "ledger" changed nothing on screen; each press now shows something else."""
+    app = make_app(steps=8)
+    async with app.run_test(size=size) as pilot:
+        await wait_for(pilot, lambda: app.last_sample is not None, "a step")
+        chart, split = app.query_one("#chart-box"), app.query_one("#split")
+        assert chart.display and app.ops_table.display and not split.display
+        seen = []
+        for _ in range(4):
+            before = (chart.display, split.display)
+            await pilot.press("v")
+            await pilot.pause()
+            assert (chart.display, split.display) != before, app.view  # the press showed
+            seen.append(app.view)
+        assert seen == ["split", "chart", "split", "chart"]
+        await pilot.press("q")

@@ -26,7 +26,8 @@ KEYS = (
     ("p", "profiler window (wait, warmup, active steps), then the top-ops table; "
           "p during a window cancels it"),
     ("l", "leak demo on/off; off drops what was leaked (the fix)"),
-    ("space", "pause / resume at the next step boundary"),
+    ("space", "pause / resume at the next step boundary (the header's clock holds while "
+              "paused: it counts the run's time without its pauses)"),
     ("r", "write report.md + report.json now"),
     ("s", "save an SVG screenshot into the run folder"),
     ("m", "CUDA: memory snapshot into the run folder for pytorch.org/memory_viz (state only "
@@ -34,7 +35,8 @@ KEYS = (
     ("w", "who holds memory: what grew over the next steps and what keeps it (also "
           "automatic at a leak alert)"),
     ("o", "change the top-ops sort column"),
-    ("v", "chart / top ops / ledger (under 100 columns); the step split (any width)"),
+    ("v", "the lower area: chart, top ops, ledger, step split under 100 columns; from 100 "
+          "the chart with top ops and ledger beside it, then the step split"),
     ("?", "this help (esc closes)"),
     ("q", "stop at the next step boundary, write the report, quit"),
 )

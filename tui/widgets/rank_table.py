@@ -13,14 +13,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from probes.analysis.step_split import SHORT, excess_text, phase_excess, phase_medians
-from probes.records import SPLIT_FIELDS, StepSample
+from probes.records import SPLIT_FIELDS, StepSample, counter_name
 from probes.tools.units import NA, format_bytes, format_ms, format_rate
 from tui.format import fit
 from tui.widgets.text_line import TextLine
 
 RECENT_STEPS = 20  # step time per rank: median of the last steps (one step is noisy)
-COLUMNS = (("allocated", "alloc"), ("reserved", "resv"), ("peak", "peak"),
-           ("driver", "driver"), ("step_ms", "step"), ("tokens", "tok/s"))
+# the four counters' titles are their one name on the run's device (probes/records/names.py)
+COLUMNS = (("allocated", None), ("reserved", None), ("peak", None), ("driver", None),
+           ("step_ms", "step"), ("tokens", "tok/s"))
+
+
+def column_titles(device_type: str) -> list[str]:
+    """The columns' titles: each memory counter by its one name (≤ 9 characters: a cell)."""
+    return [title or counter_name(name, device_type) for name, title in COLUMNS]
 
 
 @dataclass
@@ -106,7 +112,8 @@ def phase_rows(rows: list[RankRow], width: int) -> list[str]:
 def rank_table_lines(rows: list[RankRow], width: int, height: int) -> list[str]:
     """The table as fixed-width lines that fit ``width`` × ``height`` (height ≥ 3)."""
     rows = sorted(rows, key=lambda r: r.rank)
-    head = _row("rank", [short for _, short in COLUMNS], "", width)
+    device = next((r.last.device for r in rows if r.last is not None), "cpu")
+    head = _row("rank", column_titles(device), "", width)
     lines = [head]
     for r in rows:
         v = r.values()

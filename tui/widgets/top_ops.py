@@ -8,6 +8,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 
+from probes.records.phase_ops import split_ranges
 from tui.format import fit
 from tui.format_panels import (
     default_sort_key,
@@ -43,31 +44,36 @@ class TopOpsTable(Vertical):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.ops: list[dict[str, Any]] = []
+        self.ranges: list[dict[str, Any]] = []
         self.columns: list[str] = []
         self.sort_key = "cpu_total_us"
         self.window: dict[str, Any] = {}
         self._table: DataTable = DataTable(zebra_stripes=True, cursor_type="none")
+        # held, not queried: a note set while the app shuts down finds it removed, not missing
+        self._placeholder = Static(PLACEHOLDER, id="ops-placeholder", markup=False)
 
     def compose(self) -> ComposeResult:
-        yield Static(PLACEHOLDER, id="ops-placeholder", markup=False)
+        yield self._placeholder
         yield self._table
 
     def on_mount(self) -> None:
         self.border_title = "top ops"
 
-    def show_window(self, step: int, data: dict[str, Any]) -> None:
-        """A finished window (``profile_done`` event): replace the rows, default sort."""
-        self.ops = [op for op in data.get("top_ops", []) or [] if isinstance(op, dict)]
+    def show_window(self, step: int, data: dict[str, Any], rank: int | None = None) -> None:
+        """A finished window (``profile_done`` event): replace the rows, default sort;
+        ``rank``, under several ranks, is whose window it is (the title says it)."""
+        # an inference window's rows are ops: its phase label and ProfilerStep* are said apart
+        self.ops, self.ranges = split_ranges(data.get("top_ops", []) or [], data.get("phase"))
         self.columns = op_columns(self.ops)
         self.sort_key = default_sort_key(data.get("sort_by"), self.columns)
-        self.window = dict(data, step=step)
+        self.window = dict(data, step=step, rank=rank)
         self.set_class(True, "-loaded")
         self._populate()
 
     def set_note(self, text: str) -> None:
         """Status text while no table is loaded (e.g. a cancelled window)."""
         if not self.ops:
-            self.query_one("#ops-placeholder", Static).update(text)
+            self._placeholder.update(text)
 
     def cycle_sort(self) -> str | None:
         """Next sort column; returns its title, None when there is nothing to sort."""
@@ -104,11 +110,16 @@ class TopOpsTable(Vertical):
         where = self.window.get("dir")
         phase = self.window.get("phase")  # inference windows cover one phase only
         what = f"{phase} top ops" if phase else "top ops"
+        rank = self.window.get("rank")
+        if rank is not None:
+            what += f" · rank {rank}"
         hidden = len(self.columns) - len(shown)
         more = f" · +{hidden} col{'s' * (hidden > 1)} if wider" if hidden else ""
         title = f"{what} · step {step} · by {op_column_title(self.sort_key)} (o){more}"
         analysis = self.window.get("analysis_s")
         subtitle = str(where or "")
+        if self.ranges:  # the window's own labels, left out (probes/records/phase_ops.py)
+            subtitle += " · not ops: " + ", ".join(str(r.get("name", "?")) for r in self.ranges)
         if analysis is not None:
             subtitle += f" · analysed in {analysis:.1f} s"
         self.border_title = fit(title, max(10, width - 2))

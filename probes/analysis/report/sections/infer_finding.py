@@ -34,14 +34,13 @@ def infer_finding(r: dict[str, Any]) -> str:
     hypothesis = None
     for w in r["profiles"]:
         if w.get("phase") == R.DECODE and w["top_ops"]:
-            op = max(w["top_ops"], key=lambda o: op_time(o)[0])
+            op = max(w["top_ops"], key=lambda o: op_time(o)[0])  # ops only: no labels
             names = {o.get("name") for o in w["top_ops"]}
-            if op.get("name") == R.DECODE:
-                out.append("In the decode window the largest entry was the decode label's own "
-                           "time (Python and dispatch between ops), above every aten op: decode "
-                           "is launch-bound here.")
-            else:
-                out.append(f"In the decode window the hottest op was {op.get('name')}.")
+            label = next((r for r in w.get("ranges") or [] if r.get("name") == R.DECODE), None)
+            out.append(f"In the decode window the hottest op was {op.get('name')}.")
+            if label is not None and op_time(label)[0] > op_time(op)[0]:
+                out.append("The decode label's own time (the Python and dispatch between its "
+                           "ops) was above it: decode is launch-bound here.")
             if "aten::cat" in names:
                 hypothesis = ("aten::cat (the grown cache's copy per token) is among decode's "
                               "top ops: a cache preallocated to the longest context should "

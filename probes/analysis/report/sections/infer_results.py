@@ -9,6 +9,7 @@ from typing import Any
 from probes import records as R
 from probes.analysis.report.context import ReportContext
 from probes.records import finite_num
+from probes.records.names import counter_name
 from probes.tools.kvcache import KV_FORMULA
 from probes.tools.stats import percentile
 from probes.tools.tables import markdown_table
@@ -28,6 +29,12 @@ def _slope(xs: list[float], ys: list[float]) -> tuple[float | None, float | None
     span = (max(ys) - min(ys)) or 1.0
     worst = max(abs(y - (my + b * (x - mx))) for x, y in zip(xs, ys, strict=True)) / span
     return b, worst
+
+
+def _series(rows: list[dict[str, Any]], key: str) -> tuple[list[float], list[float]]:
+    """(context length, the key's value) of the rows that hold an int for the key."""
+    kept = [r for r in rows if isinstance(r.get(key), int)]
+    return [float(r.get("context_tokens") or 0) for r in kept], [float(r[key]) for r in kept]
 
 
 def infer_results(ctx: ReportContext) -> dict[str, Any]:
@@ -64,17 +71,17 @@ def infer_results(ctx: ReportContext) -> dict[str, Any]:
                and isinstance(r.get("kv_cache_predicted_bytes"), int)
                and r["kv_cache_predicted_bytes"] > 0]
     errors = [r["kv_cache_bytes"] / r["kv_cache_predicted_bytes"] - 1 for r in kv_rows]
-    # linearity: the request with the most unprofiled decode rows
+    # linearity, like with like: the longest measured (not warm-up, unprofiled) decode run
     by_req: dict[Any, list[dict[str, Any]]] = {}
     for r in steps:
         if r.get("phase") == R.DECODE and not r.get("profiling"):
             by_req.setdefault(r.get("request"), []).append(r)
-    longest = max(by_req.values(), key=len) if by_req else []
-    xs = [float(r.get("context_tokens") or 0) for r in longest]
-    kv_slope, kv_worst = _slope(xs, [float(r.get("kv_cache_bytes") or 0) for r in longest])
-    alloc = [r for r in longest if isinstance(r.get("allocated_bytes"), int)]
-    al_slope, _ = _slope([float(r.get("context_tokens") or 0) for r in alloc],
-                         [float(r["allocated_bytes"]) for r in alloc])
+    measured = {k: v for k, v in by_req.items() if (k or 0) > warm} or by_req
+    slope_req = max(measured, key=lambda k: len(measured[k])) if measured else None
+    longest = measured.get(slope_req, [])
+    kv_slope, kv_worst = _slope(*_series(longest, "kv_cache_bytes"))
+    al_slope, _ = _slope(*_series(longest, "allocated_bytes"))
+    warm_slope = _slope(*_series(by_req.get(1, []), "allocated_bytes"))[0] if warm else None
     per_token = started.get("kv_bytes_per_token")
     batch = config.get("batch_size")
     per_position = per_token * batch if isinstance(per_token, int) and isinstance(batch, int) \
@@ -97,7 +104,9 @@ def infer_results(ctx: ReportContext) -> dict[str, Any]:
         "kv_rows_checked": len(errors),
         "kv_bytes_per_token": per_token, "kv_bytes_per_position": per_position,
         "kv_slope_bytes_per_position": kv_slope, "kv_linearity_worst": kv_worst,
-        "allocated_slope_bytes_per_position": al_slope,
+        "allocated_slope_bytes_per_position": al_slope, "slope_request": slope_req,
+        "warmup_allocated_slope_bytes_per_position": warm_slope,
+        "device": started.get("device"), "amp": ctx.amp, "attention": config.get("attention"),
         "baseline": last(R.CACHE_BASELINE),
         "admission": last(R.ADMISSION),
         "switches": started.get("switches"), "weights": started.get("weights"),
@@ -109,16 +118,38 @@ def build(ctx: ReportContext) -> dict[str, Any]:
 
 
 def _kv_cache(res: dict[str, Any]) -> list[str]:
+    heap = counter_name("allocated", str(res.get("device") or "cpu"))
+    req = res.get("slope_request")
+    run = f"request {req}'s decode steps" if req is not None else "the decode steps"
     return ["## KV cache", "",
             f"Measured: the bytes of the cache tensors' storages after every step. Predicted: "
             f"{KV_FORMULA}. Largest difference over {res['kv_rows_checked']} steps: "
-            f"{format_pct(res['kv_error_max'])}. Across the longest decode run the cache grew "
-            f"{format_bytes(res['kv_slope_bytes_per_position'])} per position (predicted "
-            f"{format_bytes(res['kv_bytes_per_position'])} for B sequences; worst residual from "
-            f"a straight line {format_pct(res['kv_linearity_worst'])} of the range); the "
-            f"allocator's counter grew "
+            f"{format_pct(res['kv_error_max'])}. Across {run} (the longest measured decode run) "
+            f"the cache grew {format_bytes(res['kv_slope_bytes_per_position'])} per position "
+            f"(predicted {format_bytes(res['kv_bytes_per_position'])} for B sequences; worst "
+            f"residual from a straight line {format_pct(res['kv_linearity_worst'])} of the "
+            f"range), and {heap} grew "
             f"{format_bytes(res['allocated_slope_bytes_per_position'])} per position over the "
-            "same steps.", ""]
+            "same steps." + _warmup_growth(res, heap), ""]
+
+
+def _warmup_growth(res: dict[str, Any], heap: str) -> str:
+    """Why request 1 grew more than the cache, when it did: measured, said in one sentence."""
+    warm, steady = res.get("warmup_allocated_slope_bytes_per_position"), \
+        res.get("allocated_slope_bytes_per_position")
+    per_pos = res.get("kv_bytes_per_position") or res.get("kv_slope_bytes_per_position")
+    # said only for a clear excess: twice the measured request's rate and more than the cache
+    if warm is None or steady is None or not per_pos or warm < 2 * steady \
+            or warm - steady <= per_pos:
+        return ""
+    onednn = (res.get("device"), res.get("amp"), res.get("attention")) == \
+        ("cpu", "bf16", "explicit")
+    why = (" (on CPU under bf16, oneDNN keeps a kernel for each matmul shape it meets, and each "
+           "new length is a new shape for explicit attention's two batched matmuls, ~0.55 MiB "
+           "each as measured in docs/INFERENCE.md)" if onednn else "")
+    return (f" In request 1 (the warm-up) {heap} grew {format_bytes(warm)} per position, "
+            f"{format_bytes(warm - steady)} more than in request {res.get('slope_request')}: "
+            f"memory kept once for each new context length, which later requests reuse{why}.")
 
 
 def _cache_baseline(base: dict[str, Any] | None) -> list[str]:

@@ -8,6 +8,7 @@ from typing import Any
 from probes import records as R
 from probes.analysis.report.context import ReportContext
 from probes.records import incomplete
+from probes.records.phase_ops import ranges_text, split_ranges
 from probes.tools.tables import markdown_table
 from probes.tools.units import format_us
 
@@ -53,10 +54,11 @@ def build(ctx: ReportContext) -> dict[str, Any]:
         traced = _traced_steps(started_by_dir.get(e.get("dir")))
         if e["event"] == R.PROFILE_DONE:
             ops = e.get("top_ops") if isinstance(e.get("top_ops"), list) else []
+            ops, ranges = split_ranges(ops, e.get("phase"))  # a phase window: ops, no labels
             windows.append({"step": e.get("step"), **traced, "status": "done",
                             "dir": e.get("dir"), "phase": e.get("phase"),
                             "sort_by": e.get("sort_by"), "analysis_s": e.get("analysis_s"),
-                            "top_ops": [op for op in ops if isinstance(op, dict)][:TOP_OPS]})
+                            "top_ops": ops[:TOP_OPS], "ranges": ranges})
         else:
             windows.append({"step": e.get("step"), **traced, "status": "cancelled",
                             "dir": e.get("dir"), "phase": e.get("phase"),
@@ -108,4 +110,6 @@ def render_by_phase(section: dict[str, Any], report: dict[str, Any]) -> list[str
                for op in w["top_ops"]]
         md += [markdown_table(["op", "calls", "self CPU", "CPU total", "self device"], ops,
                               right={1, 2, 3, 4}), ""]
+        left_out = ranges_text(phase, w.get("ranges") or [])
+        md += [left_out, ""] if left_out else []
     return md

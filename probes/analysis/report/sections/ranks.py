@@ -13,11 +13,20 @@ from probes.analysis.ranks import failure_text, rank_ends, read_process_exits, s
 from probes.analysis.report.context import ReportContext, warmup_steps
 from probes.analysis.report.sections.results import train_results
 from probes.analysis.step_split import excess_text, phase_excess, phase_medians
+from probes.records.names import counter_name
 from probes.tools.tables import markdown_table
 from probes.tools.units import format_bytes, format_ms, format_rate
 
 SPREAD_KEYS = ("tokens_per_s_p50", "step_ms_p50", "step_ms_p95", "peak_allocated_bytes",
                "peak_reserved_bytes", "driver_peak_bytes")
+
+
+def peak_titles(device_type: str) -> dict[str, str]:
+    """The per-rank peaks by their counter's one name: heap peak, peak heap held, peak RSS on
+    CPU; peak, peak reserved, peak NVML used on CUDA."""
+    return {"peak_allocated_bytes": counter_name("peak", device_type),
+            "peak_reserved_bytes": f"peak {counter_name('reserved', device_type)}",
+            "driver_peak_bytes": f"peak {counter_name('driver', device_type)}"}
 
 
 def build(ctx: ReportContext) -> dict[str, Any]:
@@ -86,14 +95,15 @@ def render(section: dict[str, Any], report: dict[str, Any]) -> list[str]:
              format_bytes(r["peak_allocated_bytes"]), format_bytes(r["peak_reserved_bytes"]),
              format_bytes(r["driver_peak_bytes"]), r["end"] or "no run_finished"]
             for r in sec["per_rank"]]
-    md += [markdown_table(["rank", "steps", "tokens/s p50", "step p50", "step p95", "peak alloc",
-                  "peak resv", "driver peak", "end"], rows, right={0, 1, 2, 3, 4, 5, 6, 7}), ""]
+    device = str(next((r["device"] for r in sec["per_rank"] if r.get("device")), "cpu"))
+    titles = peak_titles(device)  # the counters' one names (probes/records/names.py)
+    md += [markdown_table(["rank", "steps", "tokens/s p50", "step p50", "step p95",
+                           *titles.values(), "end"], rows, right={0, 1, 2, 3, 4, 5, 6, 7}), ""]
     sp = sec["spread"]
     fmt: dict[str, Callable[[Any], str]] = {"tokens_per_s_p50": format_rate,
                                             "step_ms_p50": format_ms, "step_ms_p95": format_ms}
     names = {"tokens_per_s_p50": "tokens/s p50", "step_ms_p50": "step time p50",
-             "step_ms_p95": "step time p95", "peak_allocated_bytes": "peak allocated",
-             "peak_reserved_bytes": "peak reserved", "driver_peak_bytes": "driver-level peak"}
+             "step_ms_p95": "step time p95", **titles}
     srows = [[names[k], *(fmt.get(k, format_bytes)(sp[k][x]) for x in ("min", "median", "max"))]
              for k in SPREAD_KEYS]
     md += ["Spread across ranks:", "", markdown_table(["metric", "min", "median", "max"], srows,
