@@ -11,7 +11,13 @@ kernel and ``--max-memory`` count, grows by MiBs. So the forecast follows
   the device) against the device's total.
 
 Its rate is a Theil–Sen slope over the last ``window_steps`` comparable steps, refitted at every
-call, so the ETA follows the rate as it changes. Pure: no torch, no clock of its own.
+call, so the ETA follows the rate as it changes. The time left sums the steps still to come at a
+step time that keeps its trend: a leak slows the steps it leaks in (a retained graph's objects
+make each garbage collection longer: memtop's graph demo went from 55 to 145 ms a step on its way
+to 10 GiB), so the last steps' median alone said "full" ~30% too early (benchmarks/RESULTS.md,
+issue 30). The trend is the difference of two medians (the older and the newer half of the last
+``TREND_WINDOW_STEPS`` steps' wall times), never below zero: robust to a pause or one slow step,
+and flat where the step time is. Pure: no torch, no clock of its own.
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ from dataclasses import dataclass
 from probes.tools.stats import theil_sen_slope
 
 FILL_WINDOW_STEPS = 32  # steps the fill rate is fitted over (RSS grows in chunks)
+TREND_WINDOW_STEPS = 512  # steps the step time's trend is measured over
+TREND_MIN_STEPS = 64  # fewer, and the step time is taken as flat
 
 
 @dataclass(frozen=True)
@@ -40,14 +48,32 @@ class FillForecast:
 
 def fill_forecast(counter: str, limit_name: str, value_bytes: int, room_bytes: int,
                   bytes_per_step: float, seconds_per_step: float | None,
-                  sharers: int = 1) -> FillForecast:
-    """The one formula: room left / (rate × sharers) steps, times the step's wall time."""
+                  sharers: int = 1, step_time_growth_s: float = 0.0) -> FillForecast:
+    """The one formula: room left / (rate × sharers) steps, each taking the step's wall time
+    now plus ``step_time_growth_s`` more per step to come (the sum of that arithmetic series)."""
     rate = bytes_per_step * max(1, sharers)
     room = max(0, int(room_bytes))
     steps = int(room / rate) if rate > 0 else None
-    seconds = (round(steps * seconds_per_step, 1)
-               if steps is not None and seconds_per_step else None)
+    seconds = None
+    if steps is not None and seconds_per_step:
+        growth = max(0.0, step_time_growth_s)
+        seconds = round(steps * seconds_per_step + growth * steps * (steps + 1) / 2, 1)
     return FillForecast(counter, limit_name, int(value_bytes), room, rate, steps, seconds)
+
+
+def step_time_growth(step_times: list[tuple[int, float]]) -> float:
+    """Seconds a step's wall time grows per step: the median of the newer half of ``(step,
+    seconds)`` less that of the older half, over the steps between the halves' middles; 0.0
+    with fewer than TREND_MIN_STEPS points or a step time that does not grow."""
+    if len(step_times) < TREND_MIN_STEPS:
+        return 0.0
+    half = len(step_times) // 2
+    older, newer = step_times[:half], step_times[-half:]
+    distance = statistics.median(s for s, _ in newer) - statistics.median(s for s, _ in older)
+    if distance <= 0:
+        return 0.0
+    grown = statistics.median(t for _, t in newer) - statistics.median(t for _, t in older)
+    return max(0.0, grown / distance)
 
 
 def filling_counter(device_type: str, limit_bytes: int | None, *, rss_bytes: int | None,
@@ -84,6 +110,7 @@ class FillTracker:
             raise ValueError(f"window_steps must be at least 2, got {window_steps}")
         self._points: deque[tuple[int, float, int]] = deque(maxlen=window_steps)
         self._per_step_s: deque[float] = deque(maxlen=window_steps)
+        self._step_times: deque[tuple[int, float]] = deque(maxlen=TREND_WINDOW_STEPS)
 
     def mark_gap(self) -> None:
         """The next point is not comparable with the last (its delta is not a step's growth)."""
@@ -97,7 +124,9 @@ class FillTracker:
             self.mark_gap()
         if self._points:
             last_step, last_t, _ = self._points[-1]
-            self._per_step_s.append((time_s - last_t) / (step - last_step))
+            per_step = (time_s - last_t) / (step - last_step)
+            self._per_step_s.append(per_step)
+            self._step_times.append((step, per_step))
         self._points.append((step, time_s, int(value_bytes)))
 
     def bytes_per_step(self, since_step: int | None = None) -> float | None:
@@ -129,4 +158,4 @@ class FillTracker:
             return None
         counter, limit_name, value, room = where
         return fill_forecast(counter, limit_name, value, room, rate, self.seconds_per_step,
-                             sharers)
+                             sharers, step_time_growth(list(self._step_times)))
