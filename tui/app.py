@@ -236,7 +236,6 @@ class MemtopApp(LiveEvents, StatusBars, RanksView, AppActions, NoticeLog, App[in
 
     def on_mount(self) -> None:
         self._loop = asyncio.get_running_loop()
-        self.query_one("#chart-box").border_title = "memory over recent steps"
         self.panes = {p.pane_id: p for p in self.query(MetricPane)}
         self.header_bar = self.query_one(MemtopHeader)
         self.status_line = self.query_one(StatusLine)
@@ -244,6 +243,7 @@ class MemtopApp(LiveEvents, StatusBars, RanksView, AppActions, NoticeLog, App[in
         self.culprit_box = self.query_one(CulpritBox)
         self.error_banner = self.query_one(ErrorBanner)
         self.chart = self.query_one(MemoryChart)
+        self.query_one("#chart-box").border_title = self.chart.title()
         self.ops_table = self.query_one(TopOpsTable)
         self.ledger = self.query_one(LedgerPane)
         self.rank_table = self.query_one(RankTable)
@@ -372,7 +372,8 @@ class MemtopApp(LiveEvents, StatusBars, RanksView, AppActions, NoticeLog, App[in
     def redraw_chart(self, force: bool = True) -> None:
         """Bring the chart up to date (every ~5 s on the timer; at once for a screenshot)."""
         peak = self.last_sample.peak_allocated_bytes if self.last_sample else None
-        self.chart.maybe_redraw(peak, force=force)
+        if self.chart.maybe_redraw(peak, force=force):
+            self.query_one("#chart-box").border_title = self.chart.title()
 
     def _maybe_freeze_gc(self) -> None:
         """Once the run has started: collect, then freeze, so gen-2 passes stop walking

@@ -407,6 +407,17 @@ async def test_chart_rebuilds_off_the_event_loop_and_at_once_for_a_screenshot(ma
         assert chart.maybe_redraw(None, force=True)
         chart.render()
         assert chart.builds == builds + 1 and chart.threaded_builds == threaded  # on the loop
+        chart.add_points([make_sample(61, allocated_bytes=1, reserved_bytes=2)])
+        app.redraw_chart()  # the box says which steps the figure holds and how stale it may be
+        title = str(app.query_one("#chart-box").border_title)
+        assert title.startswith("memory, steps 1–61 · redrawn every ") and title.endswith(" s")
+
+
+def test_chart_title_says_its_steps_and_its_redraw_interval():
+    from tui.widgets.memory_chart import chart_title
+
+    assert chart_title(None, None, 5.0) == "memory over recent steps"
+    assert chart_title(1200, 14030, 5.0) == "memory, steps 1,200–14,030 · redrawn every 5 s"
 
 
 async def test_ui_freezes_gc_spaces_gen2_passes_and_shutdown_restores_both(tiny_config, tmp_path):

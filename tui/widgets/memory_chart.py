@@ -89,6 +89,12 @@ class MemoryChart(PlotextPlot):
         self._drawn_at = now
         return True
 
+    def title(self) -> str:
+        """The box's title: which steps the figure holds and how often it is redrawn, so a
+        chart a few seconds behind the header says so (issue 30)."""
+        return chart_title(self._steps[0] if self._steps else None,
+                           self._steps[-1] if self._steps else None, self.interval_s())
+
     def interval_s(self) -> float:
         """every_s, stretched by how much bigger than REF_CELLS the canvas is."""
         cells = self.size.width * self.size.height
@@ -179,3 +185,10 @@ class MemoryChart(PlotextPlot):
                      color="red")
         plt.ylabel(unit)
         plt.xlabel("step")
+
+
+def chart_title(first_step: int | None, last_step: int | None, every_s: float) -> str:
+    """"memory, steps 12–840 · redrawn every 5 s"; before any step, the plain title."""
+    if first_step is None or last_step is None:
+        return "memory over recent steps"
+    return f"memory, steps {first_step:,}–{last_step:,} · redrawn every {every_s:.0f} s"
