@@ -61,6 +61,8 @@ def dashboard_once(size: tuple[int, int], timeout_s: float = 120.0) -> dict:
                 raise RuntimeError("no sample on screen")
             run = run_folder(Path(tmp))
             trainer_start = (run / "config.json").stat().st_mtime - t0_wall
+            pane.send("q")
+            pane.wait_dead(60)  # step rows are flushed every 0.5 s: read the file once closed
             step1 = None
             with open(run / "metrics.jsonl", encoding="utf-8") as fh:
                 for line in fh:
@@ -68,8 +70,6 @@ def dashboard_once(size: tuple[int, int], timeout_s: float = 120.0) -> dict:
                     if row.get("step") == 1 and "event" not in row:
                         step1 = row
                         break
-            pane.send("q")
-            pane.wait_dead(60)
         finally:
             pane.kill()
     out = {"first_frame_s": first_frame, "first_sample_s": first_sample,
@@ -135,7 +135,7 @@ def timed(argv: list[str]) -> float:
     return time.perf_counter() - t0
 
 
-DASH_IMPORTS = ("import tui.cli, tui.app, trainer.loop, trainer.instruments, "
+DASH_IMPORTS = ("import tui.cli, tui.app, trainer.loop, probes.instruments, "
                 "probes.analysis.report.build")
 # The floor: what a bare script needs to print its first loss with the same model, data and
 # AMP (torch.optim's first step imports torch._dynamo: Optimizer.step is wrapped by
