@@ -26,6 +26,24 @@ from probes.counters.memory import heap_counters
 BLOCK = 50
 
 
+def one_step(model: torch.nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor,
+             mon: Monitor | None) -> None:
+    """One training step of the 4×4 Linear, plain (``mon`` None) or inside ``mon.step()``."""
+    if mon is None:
+        loss = model(x).sum()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        loss.item()
+        return
+    with mon.step() as s:
+        loss = model(x).sum()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        s.set(loss=loss)
+
+
 def bare_hooks(model: torch.nn.Module, opt: torch.optim.Optimizer) -> None:
     """The hooks the step split registers (probes/instruments/phases.py), each doing nothing but
     read the clock: what torch's hook calls cost, the floor under the split's own cost."""
@@ -74,19 +92,7 @@ def measure(rounds: int, split: bool = False) -> dict[str, list[float]]:
 
         def step(name: str) -> None:
             model, opt, mon = sides[name]
-            if mon is None:
-                loss = model(x).sum()
-                loss.backward()
-                opt.step()
-                opt.zero_grad()
-                loss.item()
-                return
-            with mon.step() as s:
-                loss = model(x).sum()
-                loss.backward()
-                opt.step()
-                opt.zero_grad()
-                s.set(loss=loss)
+            one_step(model, opt, x, mon)
 
         names = list(sides)
         for i in range(4 * BLOCK):  # warm every path
@@ -124,20 +130,12 @@ def breakdown(steps: int = 3000) -> str:
     with tempfile.TemporaryDirectory() as tmp:
         mon = Monitor(model, opt, samples_per_step=4, run_dir=tmp, write_report=False)
 
-        def step() -> None:
-            with mon.step() as s:
-                loss = model(x).sum()
-                loss.backward()
-                opt.step()
-                opt.zero_grad()
-                s.set(loss=loss)
-
         for _ in range(300):
-            step()
+            one_step(model, opt, x, mon)
         prof = cProfile.Profile()
         prof.enable()
         for _ in range(steps):
-            step()
+            one_step(model, opt, x, mon)
         prof.disable()
         mon.close()
     stats = pstats.Stats(prof).stats  # type: ignore[attr-defined]
