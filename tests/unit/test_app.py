@@ -413,6 +413,18 @@ async def test_chart_rebuilds_off_the_event_loop_and_at_once_for_a_screenshot(ma
         assert title.startswith("memory, steps 1–61 · redrawn every ") and title.endswith(" s")
 
 
+def test_chart_ticks_are_whole_steps():
+    from tui.widgets.memory_chart import step_ticks
+
+    assert step_ticks(1, 3) == [1, 2, 3]  # plotext alone put "1.50" between them
+    assert step_ticks(5, 5) == [5]
+    assert step_ticks(12, 840) == [200, 400, 600, 800]
+    assert step_ticks(0, 99) == [0, 20, 40, 60, 80]
+    for first, last in ((1, 2), (3, 17), (100, 100_000)):
+        ticks = step_ticks(first, last)
+        assert 1 <= len(ticks) <= 5 and all(first <= t <= last for t in ticks)
+
+
 def test_chart_title_says_its_steps_and_its_redraw_interval():
     from tui.widgets.memory_chart import chart_title
 

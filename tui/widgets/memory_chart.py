@@ -185,6 +185,9 @@ class MemoryChart(PlotextPlot):
                      color="red")
         plt.ylabel(unit)
         plt.xlabel("step")
+        if xs:
+            ticks = step_ticks(xs[0], xs[-1])
+            plt.xticks(ticks, [f"{t:,}" for t in ticks])  # steps are whole: no "20.5"
 
 
 def chart_title(first_step: int | None, last_step: int | None, every_s: float) -> str:
@@ -192,3 +195,13 @@ def chart_title(first_step: int | None, last_step: int | None, every_s: float) -
     if first_step is None or last_step is None:
         return "memory over recent steps"
     return f"memory, steps {first_step:,}–{last_step:,} · redrawn every {every_s:.0f} s"
+
+
+def step_ticks(first: int, last: int, most: int = 5) -> list[int]:
+    """At most ``most`` whole steps from ``first`` to ``last`` on a 1-2-5 spacing (plotext's own
+    ticks fall between steps on a short run: "1.50")."""
+    span = max(0, last - first)
+    spacings = (m * 10**e for e in range(19) for m in (1, 2, 5))  # 1, 2, 5, 10, 20, 50 ...
+    spacing = next(sp for sp in spacings if span // sp < most)
+    start = -(-first // spacing) * spacing  # the first multiple of the spacing from first on
+    return list(range(start, last + 1, spacing)) or [first]
