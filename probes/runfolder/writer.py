@@ -226,14 +226,25 @@ class _Flusher:
                 self._thread.start()
 
     def discard(self, writer: MetricsWriter) -> None:
+        """The writer is closed. The last one's close also ends the thread (joined, ≤ 1 s):
+        a thread left waiting at interpreter exit made a DDP rank abort in torch's teardown
+        ("terminate called without an active exception", 1 exit in ~7 under torchrun+gloo;
+        tests/integration/test_ranks_split.py); a later writer starts a new one."""
         with self._lock:
             self._writers.discard(writer)
+            thread = self._thread if not self._writers else None
+            self._wake.set()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=1.0)
 
     def _run(self) -> None:
         last_stall_check = time.monotonic()
         while True:
             with self._lock:
                 writers = list(self._writers)
+                if not writers:  # every writer closed (or collected): end; add() starts anew
+                    self._thread = None
+                    return
             interval = min((w.flush_interval_s for w in writers), default=FLUSH_INTERVAL_S)
             if self._wake.wait(min(ENCODE_EVERY_S, interval / 2)):
                 self._wake.clear()

@@ -93,6 +93,31 @@ def test_the_writers_thread_encodes_queued_rows_and_a_full_queue_is_encoded_at_o
     assert _steps_and_events(path) == [f"s:{i}" for i in range(1, 2 + 3 * MAX_QUEUED_ROWS)]
 
 
+def test_the_writers_thread_ends_with_the_last_writer_and_starts_again_for_a_new_one(tmp_path):
+    """A thread left waiting at interpreter exit made a torchrun+gloo rank abort in torch's
+    teardown (tests/integration/test_ranks_split.py): the last writer's close joins it."""
+    from probes.runfolder.writer import _Flusher
+
+    flusher = _Flusher()  # its own, so other tests' open writers do not keep it alive
+    first = MetricsWriter(tmp_path / "a.jsonl", flush_interval_s=3600)
+    flusher.add(first)
+    thread = flusher._thread
+    assert thread is not None and thread.is_alive()
+    flusher.discard(first)  # the last one: the thread ends before this returns
+    assert not thread.is_alive() and flusher._thread is None
+    second = MetricsWriter(tmp_path / "b.jsonl", flush_interval_s=3600)
+    flusher.add(second)
+    second.write(make_sample(1))
+    deadline = time.monotonic() + 30
+    while second.queued_rows and time.monotonic() < deadline:  # the new thread encodes it
+        time.sleep(0.005)
+    assert second.queued_rows == 0 and flusher._thread is not thread
+    flusher.discard(second)
+    first.close()
+    second.close()
+    assert _steps_and_events(tmp_path / "b.jsonl") == ["s:1"]
+
+
 def test_a_recorder_flush_makes_the_rows_readable_mid_run(tmp_path):
     rec = RunRecorder(tmp_path, config={})
     rec.publish(make_sample(1))
