@@ -95,6 +95,7 @@ class RunSession:
         self._device_text = str(device)  # every step row's "device"
         self.memory = MemoryProbe(device)
         if device.type == "cuda":
+            self.recorder.encode_rows_in_thread()  # off the step path (issue 28)
             self.nvml = NvmlPoller.for_cuda_device(device)
             self.nvml.start()
             self.device_total_bytes = torch.cuda.get_device_properties(device).total_memory

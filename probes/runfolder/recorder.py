@@ -92,6 +92,12 @@ class RunRecorder:
         self.state.apply(record)
         self._to_sinks(record)
 
+    def encode_rows_in_thread(self) -> None:
+        """Step rows are encoded by the writer's thread from now on (CUDA runs, where the
+        host heap is not the step's allocated counter: probes/runfolder/writer.py)."""
+        if self._writer is not None:
+            self._writer.encode_in_thread = True
+
     def flush(self) -> None:
         """Put every row published so far into the file (rows are flushed in batches: a reader
         in this process, such as a report written mid-run, calls this first)."""

@@ -1,19 +1,20 @@
 """metrics.jsonl written: one JSON object a line, appended; step rows batched and flushed by time.
 
-A step row costs the step path one C call (its values read into a tuple) and an append to a
-queue: the writer's thread (``_Flusher``, one for every open writer) encodes the queued rows
-within ``ENCODE_EVERY_S`` (it polls; the step path never wakes it), copies them into a buffer
-made once, and writes the buffer every ``flush_interval_s`` (issue 28: the encoding was ~20 µs
-of the step's host time). A queued row is a tuple of ~0.6 KB of small Python objects (pymalloc, not
-glibc malloc), at most ``MAX_QUEUED_ROWS`` of them (a full queue is encoded by the publishing
-thread itself), so the CPU's "allocated" counter (glibc's heap in use, read mid-step and at
-each step's end) sees no sawtooth of waiting rows. (Rows kept as StepSample objects until a
-flush did move it: each carries a dict of ~2 KB from malloc, and a leak alert's first step
-moved.) An event is written at once, with every row queued before it: events are rare and are
-what live readers wait for (profile_started, paused, a leak alert, run_finished). The one
-periodic kind, the ledger's measurement (every 50 steps), waits for the next flush instead. The
-order of the file is the order of publishing; ``flush_interval_s=0`` writes each row at once,
-on the publishing thread.
+A step row costs the step path its JSON encoding (one C call, the encoder made once) and a
+copy into a buffer made once, which is written every ``flush_interval_s``. On CUDA runs
+(``encode_in_thread``, set by RunSession.open) the step path only queues the row's values (one
+C call, ``StepSample.training_values``) and the writer's thread (``_Flusher``, one for every
+open writer) encodes them within ``ENCODE_EVERY_S`` (it polls; the step path never wakes it):
+~20 µs of a step's host time (issue 28). Not on CPU: there the "allocated" counter is glibc's
+heap in use, read by the training thread while that thread would be encoding, and what the
+encoder holds and leaves in its own malloc caches moved a CPU leak alert's first step by one in
+5 of 6 runs (tests/unit/test_leak.py; 0 of 4 encoding on the publishing thread). A queued row
+is a tuple of ~0.6 KB of pymalloc objects, at most ``MAX_QUEUED_ROWS`` of them (a full queue is
+encoded by the publisher). An event is written at once, with every row queued before it: events
+are rare and are what live readers wait for (profile_started, paused, a leak alert,
+run_finished). The one periodic kind, the ledger's measurement (every 50 steps), waits for the
+next flush instead. The order of the file is the order of publishing; ``flush_interval_s=0``
+writes each row at once.
 
 What can be lost: nothing on a normal exit, an exception, or an interpreter exit without
 close() (close() flushes; an atexit hook flushes every writer still open). A process killed
@@ -72,11 +73,14 @@ class MetricsWriter:
     """
 
     def __init__(self, path: Path, flush_interval_s: float = FLUSH_INTERVAL_S,
-                 buffer_bytes: int = BUFFER_BYTES) -> None:
+                 buffer_bytes: int = BUFFER_BYTES, encode_in_thread: bool = False) -> None:
         if not flush_interval_s >= 0:
             raise ValueError(f"flush_interval_s must be zero or positive, got {flush_interval_s}")
         self.path = Path(path)
         self.flush_interval_s = flush_interval_s
+        # step rows encoded by the writer's thread (CUDA runs: RunSession.open sets it); on CPU
+        # they are encoded on the publishing thread, see the module docstring for why
+        self.encode_in_thread = encode_in_thread
         self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self._lock = threading.Lock()
         # made once: the rows waiting never change the heap (the CPU's "allocated" counter)
@@ -109,7 +113,7 @@ class MetricsWriter:
                 self._flush_locked()
 
     def write(self, record: Record) -> None:
-        if type(record) is StepSample and self.flush_interval_s > 0:
+        if type(record) is StepSample and self.encode_in_thread and self.flush_interval_s > 0:
             values = record.training_values()
             if values is not None:  # a training row: queued for the writer's thread
                 if self._deferred is not None:

@@ -26,9 +26,12 @@ def _steps_and_events(path: Path) -> list[str]:
             for r in map(json.loads, path.read_text().splitlines())]
 
 
-def test_rows_wait_for_the_flush_in_order_and_events_flush_everything_before_them(tmp_path):
+@pytest.mark.parametrize("encode_in_thread", [False, True])  # CPU runs, CUDA runs
+def test_rows_wait_for_the_flush_in_order_and_events_flush_everything_before_them(
+        tmp_path, encode_in_thread):
     path = tmp_path / "metrics.jsonl"
-    writer = MetricsWriter(path, flush_interval_s=3600)  # only events and close() flush here
+    writer = MetricsWriter(path, flush_interval_s=3600,  # only events and close() flush here
+                           encode_in_thread=encode_in_thread)
     writer.write(Event(R.RUN_STARTED, 0, 0.0, {"amp": "off"}))
     assert _steps_and_events(path) == ["e:run_started"]  # urgent: on disk at once
     writer.write(make_sample(1))
@@ -77,7 +80,7 @@ def test_the_writers_thread_encodes_queued_rows_and_a_full_queue_is_encoded_at_o
     from probes.runfolder.writer import MAX_QUEUED_ROWS
 
     path = tmp_path / "metrics.jsonl"
-    writer = MetricsWriter(path, flush_interval_s=3600)
+    writer = MetricsWriter(path, flush_interval_s=3600, encode_in_thread=True)  # CUDA runs
     writer.write(make_sample(1))
     assert writer.queued_rows == 1
     deadline = time.monotonic() + 30
@@ -105,7 +108,7 @@ def test_the_writers_thread_ends_with_the_last_writer_and_starts_again_for_a_new
     assert thread is not None and thread.is_alive()
     flusher.discard(first)  # the last one: the thread ends before this returns
     assert not thread.is_alive() and flusher._thread is None
-    second = MetricsWriter(tmp_path / "b.jsonl", flush_interval_s=3600)
+    second = MetricsWriter(tmp_path / "b.jsonl", flush_interval_s=3600, encode_in_thread=True)
     flusher.add(second)
     second.write(make_sample(1))
     deadline = time.monotonic() + 30
@@ -116,6 +119,20 @@ def test_the_writers_thread_ends_with_the_last_writer_and_starts_again_for_a_new
     first.close()
     second.close()
     assert _steps_and_events(tmp_path / "b.jsonl") == ["s:1"]
+
+
+def test_cpu_rows_are_encoded_by_their_publisher_and_cuda_runs_hand_them_to_the_thread(
+        tmp_path):
+    """On CPU the writer's thread never holds a row (its malloc cache would show in the heap
+    counter: probes/runfolder/writer.py); RunSession.open switches CUDA runs over."""
+    rec = RunRecorder(tmp_path, config={})
+    writer = rec._writer
+    assert writer is not None and not writer.encode_in_thread
+    rec.publish(make_sample(1))
+    assert writer.queued_rows == 0  # encoded at once, into the buffer
+    rec.encode_rows_in_thread()
+    assert writer.encode_in_thread
+    rec.close()
 
 
 def test_a_recorder_flush_makes_the_rows_readable_mid_run(tmp_path):
