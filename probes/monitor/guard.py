@@ -66,7 +66,9 @@ class MemoryGuard:
             why = (f"memory guard: {counter} is {format_bytes(value)} before the first step, "
                    f"already over --max-memory {format_bytes(limit)}; nothing was trained")
         else:
-            why = (f"memory guard: {counter} at {format_bytes(value)} would pass --max-memory "
-                   f"{format_bytes(limit)} next step")
+            # the growth and the room left: rounded alone, value and limit often read the same
+            why = (f"memory guard: {counter} at {format_bytes(value)} (+{format_bytes(growth)}"
+                   f"/step) would pass --max-memory {format_bytes(limit)} next step "
+                   f"({format_bytes(max(0, limit - value))} left)")
         self._stop(why)
         return True
