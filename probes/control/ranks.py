@@ -19,8 +19,10 @@ def agree_step(run_dir: Path, ranks: Sequence[int | None], step_ms: float | None
                lead_s: float = STEP_LEAD_S) -> tuple[int | None, str | None]:
     """A step that every rank can still act before, so they all act together with no
     collective added to their steps: the furthest rank's step (asked through each socket)
-    plus about ``lead_s`` of steps, at least 3. A rank at step s has already done the boundary
-    before s + 1, and DDP keeps ranks within a step of each other.
+    plus about ``lead_s`` of steps, at least 3, at the fastest step time known (the caller's or
+    a rank's own, from its ping: a viewer that has read no row yet once gave 3 steps, ~30 ms on
+    a tiny model, and one rank started its window a step late). A rank at step s has already
+    done the boundary before s + 1, and DDP keeps ranks within a step of each other.
 
     Returns (step, None); (None, None) when every rank waits paused at the same boundary (act
     there, at once); (None, why) when a rank cannot be reached.
@@ -36,6 +38,9 @@ def agree_step(run_dir: Path, ranks: Sequence[int | None], step_ms: float | None
             return None, f"rank {rank}: {answer.get('error')}"
         steps.append(int(answer.get("step") or 0))
         paused.append(bool(answer.get("paused")))
+        own_ms = answer.get("step_ms")  # the rank's last step, fresher than the caller's
+        if isinstance(own_ms, (int, float)) and own_ms > 0:
+            step_ms = min(step_ms, own_ms) if step_ms else float(own_ms)
     if not steps:
         return None, "no rank to ask"
     if all(paused) and len(set(steps)) == 1:

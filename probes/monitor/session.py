@@ -258,8 +258,10 @@ class RunSession:
         return None
 
     def status(self) -> dict[str, Any]:
+        last = self.recorder.state.last_sample  # its step time: how far ahead ranks agree
         return {"pid": os.getpid(), "rank": self.rank, "step": self.step,
                 "state": self.recorder.state.state, "paused": self.control.paused,
+                "step_ms": last.step_ms if last is not None else None,
                 "requests": self.capabilities()}
 
     # the end ----------------------------------------------------------------------------------

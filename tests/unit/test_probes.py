@@ -177,3 +177,26 @@ def test_nvml_degrades_to_none_without_a_driver():
     assert poller.error and "NVML" in poller.error
     poller.start()  # must be a no-op, not a crash
     poller.stop()
+
+
+def test_ranks_agree_a_step_about_a_second_ahead_at_the_ranks_own_step_time(tmp_path):
+    """A viewer that has read no row yet (no step time) asks the ranks' own: 20 ms steps give
+    a lead of 50 steps, not the bare minimum of 3 (one rank once started a window late)."""
+    from probes.control.ranks import agree_step
+    from probes.control.requests import RunControl
+    from probes.control.unix_socket import ControlServer
+    from probes.runfolder import socket_name
+
+    servers = []
+    for rank, step in ((0, 40), (1, 41)):
+        status = {"pid": 1, "rank": rank, "step": step, "paused": False, "step_ms": 20.0}
+        server = ControlServer(tmp_path / socket_name(rank), RunControl(),
+                               lambda status=status: status)
+        assert server.start()
+        servers.append(server)
+    try:
+        assert agree_step(tmp_path, [0, 1], None) == (41 + 50, None)
+        assert agree_step(tmp_path, [0, 1], 10.0) == (41 + 100, None)  # the faster clock wins
+    finally:
+        for server in servers:
+            server.close()
