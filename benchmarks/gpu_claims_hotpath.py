@@ -2,7 +2,8 @@
 adds to a step, where a step is only a few ms, measured as benchmarks/monitor_fixed_cost.py
 does on CPU (a 4×4 Linear, blocks of plain and monitored steps interleaved): on CUDA no glibc
 heap read is on the step path (the leak watch's host heap: every 10th step), the allocator's
-counters are one host-side read, and the row is appended for the background flush."""
+counters are one host-side read, and the row's values are queued for the writer's thread to
+encode (probes/runfolder/writer.py: CUDA runs only)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ BLOCK, ROUNDS = 50, 30
 
 def fixed_cost_us(device: torch.device) -> dict[str, Any]:
     """Median (monitored − plain) µs per step over ROUNDS interleaved rounds, with the A/A."""
+    from monitor_fixed_cost import one_step  # the same step as the CPU figure
+
     from probes import Monitor
 
     model = torch.nn.Linear(4, 4).to(device)
@@ -33,19 +36,7 @@ def fixed_cost_us(device: torch.device) -> dict[str, Any]:
             torch.cuda.synchronize(device)
             t0 = time.perf_counter()
             for _ in range(BLOCK):
-                if monitored:
-                    with mon.step() as s:
-                        loss = model(x).sum()
-                        loss.backward()
-                        opt.step()
-                        opt.zero_grad()
-                        s.set(loss=loss)
-                else:
-                    loss = model(x).sum()
-                    loss.backward()
-                    opt.step()
-                    opt.zero_grad()
-                    loss.item()
+                one_step(model, opt, x, mon if monitored else None)
             torch.cuda.synchronize(device)
             return (time.perf_counter() - t0) / BLOCK * 1e6
 

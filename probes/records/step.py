@@ -78,8 +78,9 @@ class StepSample:
         # each value, ~0.1 ms per step). Issue 28: the values are read in one C call
         # (operator.attrgetter) and a training row, whose inference fields are all None, is
         # zipped with STEP_FIELDS without a per-field Python check.
-        if _GET_INFERENCE(self) == _NO_INFERENCE:
-            return dict(zip(STEP_FIELDS, _GET_TRAINING(self), strict=True))
+        values = self.training_values()
+        if values is not None:
+            return dict(zip(STEP_FIELDS, values, strict=True))
         row = dict(zip(_STEP_FIELDS, _GET_ALL(self), strict=True))
         for name in INFERENCE_FIELDS:
             if row[name] is None:

@@ -16,7 +16,7 @@ import pytest
 from probes import records as R
 from probes.records import Event
 from probes.runfolder import MetricsWriter, RunRecorder, read_metrics
-from tests.factories import make_sample
+from tests.factories import make_sample, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -83,9 +83,7 @@ def test_the_writers_thread_encodes_queued_rows_and_a_full_queue_is_encoded_at_o
     writer = MetricsWriter(path, flush_interval_s=3600, encode_in_thread=True)  # CUDA runs
     writer.write(make_sample(1))
     assert writer.queued_rows == 1
-    deadline = time.monotonic() + 30
-    while writer.queued_rows and time.monotonic() < deadline:
-        time.sleep(0.005)
+    wait_until(lambda: writer.queued_rows == 0, "the writer's thread to encode the row")
     assert writer.queued_rows == 0 and path.read_text() == ""  # encoded, waiting in the buffer
     queue_lengths = []  # however fast rows come, the queue stays bounded
     for step in range(2, 2 + 3 * MAX_QUEUED_ROWS):
@@ -111,9 +109,7 @@ def test_the_writers_thread_ends_with_the_last_writer_and_starts_again_for_a_new
     second = MetricsWriter(tmp_path / "b.jsonl", flush_interval_s=3600, encode_in_thread=True)
     flusher.add(second)
     second.write(make_sample(1))
-    deadline = time.monotonic() + 30
-    while second.queued_rows and time.monotonic() < deadline:  # the new thread encodes it
-        time.sleep(0.005)
+    wait_until(lambda: second.queued_rows == 0, "the new thread to encode the row")
     assert second.queued_rows == 0 and flusher._thread is not thread
     flusher.discard(second)
     first.close()
@@ -164,7 +160,7 @@ CHILD = textwrap.dedent("""
     import os, sys, time
     sys.path.insert(0, {root!r})
     from probes.runfolder import MetricsWriter
-    from tests.factories import make_sample
+    from tests.factories import make_sample, wait_until
     writer = MetricsWriter({path!r}, flush_interval_s={interval!r})
     step = 0
     while True:
