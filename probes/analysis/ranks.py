@@ -101,14 +101,17 @@ def failed_rank(ends: Sequence[RankEnd], exits: dict[int, ProcessExit]) -> RankE
     if not bad:
         return None
 
-    def order(e: RankEnd) -> tuple[int, int]:
+    def order(e: RankEnd) -> tuple[int, int, int]:
         if e.error is None:
             kind = 0  # no error row, no run_finished: killed
         elif not _PEER_GONE.search(e.error):
             kind = 1
         else:
             kind = 2
-        return kind, e.rank
+        # among ranks killed alike (a survivor stuck in a collective is killed by torchrun
+        # after its grace period, also without a word) the one that stopped first: the
+        # other went on to the step after
+        return kind, e.last_step, e.rank
     return min(bad, key=order)
 
 

@@ -200,3 +200,14 @@ def test_ranks_agree_a_step_about_a_second_ahead_at_the_ranks_own_step_time(tmp_
     finally:
         for server in servers:
             server.close()
+
+
+def test_of_two_ranks_killed_without_a_word_the_one_that_stopped_first_is_named():
+    """rank 1 SIGKILLed at step 29; rank 0, stuck in the all-reduce, killed by torchrun after
+    step 30: both end without a row, and rank 1 brought the run down (a CI run named rank 0)."""
+    from probes.analysis.ranks import RankEnd, failed_rank
+
+    survivor = RankEnd(0, 30, 30, None, None, None, 10, 0)
+    killed = RankEnd(1, 29, 29, None, None, None, 11, 0)
+    assert failed_rank([survivor, killed], {}).rank == 1
+    assert failed_rank([RankEnd(0, 9, 9, None, None, None, 1, 0), killed], {}).rank == 0
