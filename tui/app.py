@@ -243,7 +243,8 @@ class MemtopApp(LiveEvents, StatusBars, RanksView, AppActions, NoticeLog, App[in
         self.culprit_box = self.query_one(CulpritBox)
         self.error_banner = self.query_one(ErrorBanner)
         self.chart = self.query_one(MemoryChart)
-        self.query_one("#chart-box").border_title = self.chart.title()
+        self.chart_box = self.query_one("#chart-box")  # kept: queried late, it may be gone
+        self.chart_box.border_title = self.chart.title()
         self.ops_table = self.query_one(TopOpsTable)
         self.ledger = self.query_one(LedgerPane)
         self.rank_table = self.query_one(RankTable)
@@ -373,7 +374,7 @@ class MemtopApp(LiveEvents, StatusBars, RanksView, AppActions, NoticeLog, App[in
         """Bring the chart up to date (every ~5 s on the timer; at once for a screenshot)."""
         peak = self.last_sample.peak_allocated_bytes if self.last_sample else None
         if self.chart.maybe_redraw(peak, force=force):
-            self.query_one("#chart-box").border_title = self.chart.title()
+            self.chart_box.border_title = self.chart.title()
 
     def _maybe_freeze_gc(self) -> None:
         """Once the run has started: collect, then freeze, so gen-2 passes stop walking
