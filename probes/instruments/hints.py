@@ -127,6 +127,8 @@ def optimizer_is_fast(optimizer: Any) -> bool:
 class HintWatch(StepHook):
     """Emits each hint of probes.records.HINTS at most once a run."""
 
+    batched = True  # reads only the row: end_step may run in a batch (hooks.py)
+
     def __init__(self) -> None:
         self.emitted: set[str] = set()
         self._checked_start = False

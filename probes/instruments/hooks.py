@@ -63,10 +63,21 @@ class StepTensors:
     loss: torch.Tensor | None
     output: torch.Tensor | None  # the model's output (logits for a language model), if given
     synced: bool = True  # the end-of-step read waited for the device (a CUDA tensor was read)
+    output_bytes: int | None = None  # the output's size, kept when the tensors are not
 
 
 class StepHook:
-    """Base class with no-op methods; subclasses override what they need."""
+    """Base class with no-op methods; subclasses override what they need.
+
+    ``batched = True`` says the hook's ``end_step`` may run late: up to
+    probes/runfolder/recorder.py's DRAIN_EVERY_S after its step, on the training thread, with
+    the rows of a few steps in one batch (cheaper per step, issue 28), always before the next
+    event row, ``between_steps`` and ``close``; its ``tensors`` then carry no tensors, only
+    ``synced`` and ``output_bytes``. A hook that drives the step itself (the profiler's
+    schedule) or reads live tensors keeps the default, False: called at its step's end.
+    """
+
+    batched = False
 
     def setup(self, ctx: RunContext) -> None:
         self.ctx = ctx

@@ -261,6 +261,8 @@ class LeakWatch(StepHook):
     ``host_heap_every`` times more steps later. The device series is fed every step.
     """
 
+    batched = True  # reads only the row: end_step may run in a batch (hooks.py)
+
     FORECAST_EVERY_S = 3.0  # while an alert is open, its time to full is recomputed this often
 
     def __init__(self, config: LeakDetectorConfig | None = None, settle_steps: int = 3,
@@ -325,8 +327,7 @@ class LeakWatch(StepHook):
                 values["host_heap"] = heap[0] if heap else None
             else:
                 values["host_heap"] = _NOT_READ  # not this step's turn: no point, no gap
-        output_bytes = (tensors.output.numel() * tensors.output.element_size()
-                        if tensors.output is not None else None)
+        output_bytes = tensors.output_bytes
         where = self._where(sample)
         self.fill.feed(step, sample.time_s, where[2] if where else None)
         for name, detector in self.detectors.items():

@@ -40,6 +40,10 @@ from probes.records import Event, StepSample
 from probes.tools.units import format_bytes
 
 SAMPLE_EVERY = 50  # steps between two activation measurements (plus the first after warmup)
+# and at least this long between two regular ones: on a fast step (a GPU's few ms) every 50th
+# step was a measurement every ~0.15 s, each ~0.5 ms of hooks on a 4×4 Linear and more on a real
+# model (issue 28). The first one and one for a new batch shape do not wait.
+MIN_GAP_S = 2.0
 
 
 def activation_prediction(batch: int, seq: int, dim: int, layers: int, heads: int,
@@ -75,8 +79,10 @@ class Ledger(StepHook):
     """Measures the ledger on the first step after warmup, every ``every`` steps, and when the
     batch shape changes; emits a "ledger" event when a line moved (not every step)."""
 
-    def __init__(self, every: int = SAMPLE_EVERY) -> None:
+    def __init__(self, every: int = SAMPLE_EVERY, min_gap_s: float = MIN_GAP_S) -> None:
         self.every = max(1, every)
+        self.min_gap_s = min_gap_s
+        self._measured_at: float | None = None  # perf_counter of the last measurement's start
         self._first = 1
         self._force_next = False
         self._shape: tuple[int, int] | None = None
@@ -102,8 +108,11 @@ class Ledger(StepHook):
             return False
         if self._force_next and step >= self._first:
             return True
-        return step == self._first or (step > self._first and
-                                       (step - self._first) % self.every == 0)
+        if step == self._first:
+            return True
+        return step > self._first and (step - self._first) % self.every == 0 and (
+            self._measured_at is None
+            or time.perf_counter() - self._measured_at >= self.min_gap_s)
 
     def step_context(self, step: int) -> contextlib.AbstractContextManager[Any]:
         if not self.due(step):
@@ -142,7 +151,7 @@ class Ledger(StepHook):
             self._fail(step, exc)
 
     def _begin(self, step: int) -> tuple[dict[str, Any], list[Any]]:
-        t0 = time.perf_counter()
+        t0 = self._measured_at = time.perf_counter()
         model, optimizer = self.ctx.model, self.ctx.optimizer
         params = list(model.parameters())
         param_bytes, param_keys = unique_bytes(params)
@@ -322,7 +331,7 @@ class Ledger(StepHook):
             "predicted_attention_scores_bytes": pred["scores_bytes"] if pred else None,
             "model": {"params": n_params, "param_dtype": str(param_dtype).replace("torch.", ""),
                       "vocab_size": _vocab(self.ctx.model)},
-            "sample_every": self.every,
+            "sample_every": self.every, "min_gap_s": self.min_gap_s,
         }
 
 

@@ -58,7 +58,7 @@ from probes.monitor.stepvalues import (
     on_device,
     read_step_values,
 )
-from probes.records import Event
+from probes.records import Event, StepSample
 from probes.records.errors import MonitorArgumentError, MonitorStateError
 from probes.runfolder.recorder import Sink
 
@@ -160,7 +160,10 @@ class Monitor:
         for hook in self.hooks:
             hook.setup(self.ctx)
         self.context_hooks = overriding(self.hooks, "step_context")  # the step path's calls
-        self._end_hooks = overriding(self.hooks, "end_step")
+        end_hooks = overriding(self.hooks, "end_step")
+        self._end_hooks = [h for h in end_hooks if not h.batched]  # at the step's end
+        self._batched_hooks = [h for h in end_hooks if h.batched]  # with the row, in batches
+        self.recorder.on_row = self._row_published
         if self.profiler is not None:
             session.offer("profile", self.profiler.open_window)
             session.offer("profile_cancel", self.profiler.cancel)
@@ -220,7 +223,8 @@ class Monitor:
 
     @property
     def state(self) -> Any:
-        """The run's state as its records tell it (probes/runfolder/state.py)."""
+        """The run's state as its records tell it (probes/runfolder/state.py; RunSession.state
+        says how current)."""
         return self.session.state
 
     @property
@@ -256,6 +260,8 @@ class Monitor:
             return
         self.closed = True
         _OPEN.discard(self)
+        with contextlib.suppress(Exception):
+            self.recorder.drain()  # the last rows' batched hooks run before the hooks close
         if error is not None and self.session.failed_step is None:
             self.session.record_error(self.step_count, error)
         for hook in self.hooks:
@@ -329,17 +335,30 @@ class Monitor:
             profiling=self._tracing, leak_active=self.leak_active,
             micro_batches=v.micro_batches or self._micro or None, **split)
         scope.sample = sample
-        self.recorder.publish(sample)
-        tensors = StepTensors(loss=v.loss if isinstance(v.loss, torch.Tensor) else None,
-                              output=v.output, synced=synced)
-        for hook in self._end_hooks:
-            hook.end_step(step, tensors, sample)
+        out = v.output
+        out_bytes = out.numel() * out.element_size() if isinstance(out, torch.Tensor) else None
+        # the row and the batched hooks' view of the step (no tensors held: they run late)
+        self.recorder.publish_soon(sample, StepTensors(None, None, synced, out_bytes)
+                                   if self._batched_hooks else None)
+        if self._end_hooks:
+            tensors = StepTensors(loss=v.loss if isinstance(v.loss, torch.Tensor) else None,
+                                  output=out, synced=synced, output_bytes=out_bytes)
+            for hook in self._end_hooks:
+                hook.end_step(step, tensors, sample)
         self.session.step = step
         self.guard.check(step, reading, sample.time_s)
         if not self.should_stop and (self.max_steps == 0 or step < self.max_steps):
             self._boundary(step + 1)  # requests and pauses, before the loop's next step
         if self.phases is not None:
             self.phases.left()  # the loop's own time between steps starts here
+
+    def _row_published(self, sample: StepSample, tensors: StepTensors | None) -> None:
+        """The recorder published a step's row (probes/runfolder/recorder.py publish_soon):
+        the batched hooks' turn for that step."""
+        if tensors is None:
+            return
+        for hook in self._batched_hooks:
+            hook.end_step(sample.step, tensors, sample)
 
     def _step_failed(self, step: int, exc: BaseException) -> None:
         if self.phases is not None:

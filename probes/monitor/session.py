@@ -84,7 +84,10 @@ class RunSession:
 
     @property
     def state(self) -> RunState:
-        """The run's state as its records tell it (probes/runfolder/state.py)."""
+        """The run's state as its records tell it (probes/runfolder/state.py): read on the
+        loop's thread, with every finished step's row in it; from another thread, up to the
+        recorder's DRAIN_EVERY_S behind (probes/runfolder/recorder.py publish_soon)."""
+        self.recorder.drain()
         return self.recorder.state
 
     # set-up, on the run's thread --------------------------------------------------------------

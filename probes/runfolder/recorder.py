@@ -13,18 +13,27 @@ import contextlib
 import dataclasses
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from probes import records as R
-from probes.records import Event, Record
+from probes.records import Event, Record, StepSample
 from probes.runfolder.atomic import write_json
 from probes.runfolder.layout import CONFIG, metrics_name
 from probes.runfolder.state import RunState
 from probes.runfolder.writer import MetricsWriter
 
 Sink = Callable[[Record], None]
+
+# a step row handed over with ``publish_soon`` waits at most this long (or for MAX_SOON_ROWS
+# rows) before the publishing thread publishes it with the rows before it, in one batch: the
+# same work per row, done warm (~40 µs a row one at a time after a step's torch work, ~23 in a
+# batch: benchmarks/RESULTS.md, issue 28). An event published on that thread goes after them.
+DRAIN_EVERY_S = 0.05
+MAX_SOON_ROWS = 8
+RowCallback = Callable[[StepSample, Any], None]
 
 
 class RunRecorder:
@@ -54,6 +63,12 @@ class RunRecorder:
         self._lock = threading.RLock()  # one row at a time; seal() waits for the row in flight
         self.finished_written = False  # run_finished is in the file
         self.sealed = False  # nothing more goes into the file (see seal())
+        # publish_soon's rows: (sample, what on_row is given with it); deque: atomic appends
+        self._soon: deque[tuple[StepSample, Any]] = deque()
+        self._soon_thread: int | None = None  # the thread that hands rows over (the loop's)
+        self._drained_at = time.perf_counter()
+        self._draining = False
+        self.on_row: RowCallback | None = None  # after each batched row: the Monitor's hooks
 
     def add_to_config(self, **values: Any) -> None:
         """Rewrite config.json with ``values`` beside the options as given: what is known only
@@ -73,7 +88,44 @@ class RunRecorder:
         self.publish(event)
         return event
 
+    def publish_soon(self, sample: StepSample, extra: Any = None) -> None:
+        """A step row, published within DRAIN_EVERY_S by this same thread, in order, and then
+        ``on_row(sample, extra)``. An event published meanwhile by this thread, ``flush()``,
+        ``drain()`` and ``close()`` publish the waiting rows first; ``seal()`` writes them."""
+        if self._soon_thread is None:
+            self._soon_thread = threading.get_ident()
+        soon = self._soon
+        soon.append((sample, extra))
+        if len(soon) >= MAX_SOON_ROWS or \
+                time.perf_counter() - self._drained_at >= DRAIN_EVERY_S:
+            self.drain()
+
+    @property
+    def rows_waiting(self) -> int:
+        """Step rows handed to publish_soon and not published yet."""
+        return len(self._soon)
+
+    def drain(self) -> None:
+        """Publish the rows publish_soon holds, each followed by ``on_row``. Only the thread
+        that handed them over drains (on_row runs the loop's instruments, which use torch);
+        a call from another thread, or from inside on_row, does nothing."""
+        if self._draining or threading.get_ident() != self._soon_thread:
+            return
+        self._draining = True
+        try:
+            soon, on_row = self._soon, self.on_row
+            while soon:
+                sample, extra = soon.popleft()
+                self.publish(sample)
+                if on_row is not None:
+                    on_row(sample, extra)
+        finally:
+            self._draining = False
+            self._drained_at = time.perf_counter()
+
     def publish(self, record: Record) -> None:
+        if self._soon and type(record) is not StepSample:
+            self.drain()  # the rows before an event go first (on the loop's thread)
         if self.rank and isinstance(record, Event) and record.rank != self.rank:
             # an instrument's event (profiler window, ledger, leak watch, hints) is built
             # without a rank: this process's rank, or rank 1's window read back as rank 0's
@@ -101,6 +153,7 @@ class RunRecorder:
     def flush(self) -> None:
         """Put every row published so far into the file (rows are flushed in batches: a reader
         in this process, such as a report written mid-run, calls this first)."""
+        self.drain()
         writer = self._writer
         if writer is not None:
             writer.flush()
@@ -117,6 +170,7 @@ class RunRecorder:
         try:
             if self.sealed:
                 return True
+            self._write_waiting_rows()
             if not self.finished_written:
                 data: dict[str, Any] = {"reason": reason}
                 if abandoned_step is not None:
@@ -135,6 +189,17 @@ class RunRecorder:
             return True
         finally:
             self._lock.release()
+
+    def _write_waiting_rows(self) -> None:
+        """seal() from another thread: the rows publish_soon still holds go into the file (not
+        to on_row: the loop's instruments stay on the loop's thread)."""
+        writer = self._writer
+        while self._soon and writer is not None:
+            sample, _ = self._soon.popleft()
+            try:
+                writer.write(sample)
+            except (OSError, ValueError):
+                return
 
     def _to_sinks(self, record: Record) -> None:
         """A sink that fails (a closed pipe, a UI bug) is dropped; it never stops the run.
@@ -168,6 +233,7 @@ class RunRecorder:
             self.on_write_failed(reason)
 
     def close(self) -> None:
+        self.drain()
         with self._lock:
             writer, self._writer = self._writer, None
         if writer is not None:

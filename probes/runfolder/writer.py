@@ -12,9 +12,9 @@ encoder holds and leaves in its own malloc caches moved a CPU leak alert's first
 is a tuple of ~0.6 KB of pymalloc objects, at most ``MAX_QUEUED_ROWS`` of them (a full queue is
 encoded by the publisher). An event is written at once, with every row queued before it: events
 are rare and are what live readers wait for (profile_started, paused, a leak alert,
-run_finished). The one periodic kind, the ledger's measurement (every 50 steps), waits for the
-next flush instead. The order of the file is the order of publishing; ``flush_interval_s=0``
-writes each row at once.
+run_finished). The one periodic kind, the ledger's measurement (every 50 steps, ≥ 2 s apart),
+waits for the next flush instead. The order of the file is the order of publishing;
+``flush_interval_s=0`` writes each row at once.
 
 What can be lost: nothing on a normal exit, an exception, or an interpreter exit without
 close() (close() flushes; an atexit hook flushes every writer still open). A process killed

@@ -91,14 +91,14 @@ def test_exact_lines_match_the_tensors(tiny_config, amp):
 
 
 def test_ledger_event_only_when_it_changes(tiny_config):
-    ledger = Ledger(every=2)
+    ledger = Ledger(every=2, min_gap_s=0)
     run_dir = _run(tiny_config(steps=15), ledger)
     assert ledger.measured_steps == [3, 5, 7, 9, 11, 13, 15]
     assert 1 <= len(_ledger_events(run_dir)) <= 3  # same shapes: the exact lines never move
 
 
 def test_sampling_schedule(tmp_path):
-    ledger = _set_up(Ledger(every=50), tmp_path, torch.nn.Linear(2, 2), warmup_steps=5)
+    ledger = _set_up(Ledger(every=50, min_gap_s=0), tmp_path, torch.nn.Linear(2, 2), warmup_steps=5)
     due = [s for s in range(1, 200) if ledger.due(s)]
     assert due == [6, 56, 106, 156]
 
@@ -181,7 +181,7 @@ def test_a_new_batch_shape_is_measured_at_the_next_step(tmp_path):
     def run():
         torch.manual_seed(0)
         model = GPT(GPTConfig(block_size=32, n_layer=1, n_head=2, n_embd=32))
-        ledger = _set_up(Ledger(every=50), tmp_path, model, warmup_steps=5)
+        ledger = _set_up(Ledger(every=50, min_gap_s=0), tmp_path, model, warmup_steps=5)
         x = torch.randint(0, 256, (4, 16))
         with ledger.step_context(6):
             logits, loss = model(x, x)

@@ -29,6 +29,9 @@ MAX_CULPRITS = 6
 class CulpritFinder(StepHook):
     """Names the leak's holder; ``leak`` is the run's LeakWatch (its alerts start a look)."""
 
+    # not batched (probes/instruments/hooks.py): its two looks at the live process must be
+    # steps apart in time, and a batch would run both at once
+
     def __init__(self, leak: Any = None, gap_steps: int = 3, sample_per_group: int = 8) -> None:
         if gap_steps < 1:
             raise ValueError(f"gap_steps must be at least 1, got {gap_steps}")
