@@ -126,6 +126,8 @@ class RunRecorder:
     def publish(self, record: Record) -> None:
         if self._soon and type(record) is not StepSample:
             self.drain()  # the rows before an event go first (on the loop's thread)
+            if self._soon and getattr(record, "event", None) == R.RUN_FINISHED:
+                self._publish_waiting_rows()  # the run ended from another thread: rows first
         if self.rank and isinstance(record, Event) and record.rank != self.rank:
             # an instrument's event (profiler window, ledger, leak watch, hints) is built
             # without a rank: this process's rank, or rank 1's window read back as rank 0's
@@ -170,7 +172,7 @@ class RunRecorder:
         try:
             if self.sealed:
                 return True
-            self._write_waiting_rows()
+            self._publish_waiting_rows()
             if not self.finished_written:
                 data: dict[str, Any] = {"reason": reason}
                 if abandoned_step is not None:
@@ -190,16 +192,13 @@ class RunRecorder:
         finally:
             self._lock.release()
 
-    def _write_waiting_rows(self) -> None:
-        """seal() from another thread: the rows publish_soon still holds go into the file (not
-        to on_row: the loop's instruments stay on the loop's thread)."""
-        writer = self._writer
-        while self._soon and writer is not None:
+    def _publish_waiting_rows(self) -> None:
+        """The run ends from another thread (seal(), close(), run_finished): the rows
+        publish_soon still holds are published, not given to on_row (the loop's instruments
+        stay on the loop's thread). No row already measured is lost."""
+        while self._soon:
             sample, _ = self._soon.popleft()
-            try:
-                writer.write(sample)
-            except (OSError, ValueError):
-                return
+            self.publish(sample)
 
     def _to_sinks(self, record: Record) -> None:
         """A sink that fails (a closed pipe, a UI bug) is dropped; it never stops the run.
@@ -234,6 +233,7 @@ class RunRecorder:
 
     def close(self) -> None:
         self.drain()
+        self._publish_waiting_rows()  # closed from another thread: the rows still go in
         with self._lock:
             writer, self._writer = self._writer, None
         if writer is not None:

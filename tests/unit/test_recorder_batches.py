@@ -98,3 +98,21 @@ def test_a_batched_instrument_sees_every_step_before_events_and_before_it_closes
     mon.close()
     assert hook.steps == [1, 2, 3, -1, 4, 5] and hook.closed_after == hook.steps
     assert hook.output_bytes == {4 * 4 * 4}  # the output's size, measured at its step
+
+
+def test_a_run_ended_from_another_thread_keeps_every_waiting_row(tmp_path):
+    """A Monitor closed by another thread (HF's next train() closing a run that raised): its
+    run_finished comes after every row the loop had finished; close() writes what is left."""
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    ended, closed = RunRecorder(tmp_path / "a"), RunRecorder(tmp_path / "b")
+    for rec in (ended, closed):
+        rec._drained_at = float("inf")
+        rec.publish_soon(make_sample(1))
+        rec.publish_soon(make_sample(2))
+    other = threading.Thread(target=lambda: (ended.emit(R.RUN_FINISHED, 2, {"reason": "x"}),
+                                             closed.close()))
+    other.start()
+    other.join(timeout=10)
+    assert _order(ended.metrics_path) == ["s:1", "s:2", "e:run_finished"]
+    assert _order(closed.metrics_path) == ["s:1", "s:2"] and closed.state.last_sample.step == 2
+    ended.close()
