@@ -67,9 +67,7 @@ def test_the_background_thread_flushes_rows_when_no_more_come(tmp_path):
     path = tmp_path / "metrics.jsonl"
     writer = MetricsWriter(path, flush_interval_s=0.05)
     writer.write(make_sample(1))  # nothing else is written: only the flusher can put it there
-    deadline = time.monotonic() + 30
-    while writer.flushed_step < 1 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: writer.flushed_step >= 1, "the flusher's write")
     assert _steps_and_events(path) == ["s:1"]
     writer.close()
 
