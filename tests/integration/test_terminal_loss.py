@@ -136,9 +136,15 @@ def _help_shown(term: Terminal) -> bool:
     return b"esc closes" in term.shown
 
 
+# the window's wait steps, which the analysis child spends idle: ~1 s of tiny steps to find it
+# in (with the default wait of 1 it may live ~0.2 s in all and be missed between two looks)
+ANALYSIS_WAIT = ("--profile-wait", "100")
+
+
 def _stop_analysis_worker(term: Terminal) -> None:
     """Freeze the profiler's analysis child, so the table stays "being analysed" until the
-    terminal goes (on this machine the child may otherwise finish first)."""
+    terminal goes (on this machine the child may otherwise finish first). The run must have
+    been started with ANALYSIS_WAIT."""
     term.wait_for_event("profile_started")  # the worker starts, idle, with the window
 
     def worker() -> psutil.Process | None:
@@ -170,7 +176,7 @@ STATES = {
     "paused": ((), lambda t: (t.press(" "), t.wait_for_event("paused"))),
     "profiler window open": (("--profile-active", "10000"),
                              lambda t: (t.press("p"), t.wait_for_event("profile_started"))),
-    "table being analysed": ((), lambda t: (t.press("p"), _stop_analysis_worker(t))),
+    "table being analysed": (ANALYSIS_WAIT, lambda t: (t.press("p"), _stop_analysis_worker(t))),
 }
 
 
@@ -231,7 +237,7 @@ def test_stuck_quit_then_sigterm_twice(terminal):
     """`q` while the table is analysed waits for the analysis; here it never ends (the child
     is frozen). SIGTERM then arms the exit guard; a second SIGTERM ends the process at once,
     with the run folder finished for the trainer still waiting inside the run's end."""
-    term = terminal()
+    term = terminal(*ANALYSIS_WAIT)
     term.press("p")
     _stop_analysis_worker(term)
     term.note_children()
