@@ -14,7 +14,6 @@ from factories import (
     TINY_ARGS,
     copy_run,
     file_digest,
-    metrics_rows,
     run_cli,
     run_digests,
     start_cli,
@@ -23,6 +22,7 @@ from factories import (
 )
 
 from probes.analysis.report import ReportError, build_report
+from probes.runfolder import read_metrics
 
 
 def test_killed_run_gets_an_incomplete_report(tmp_path):
@@ -43,8 +43,9 @@ def test_killed_run_gets_an_incomplete_report(tmp_path):
     run_dir = metrics.parent
     report = build_report(run_dir)
     assert report["complete"] is False
-    assert "no run_finished row" in report["incomplete_reasons"][0]
-    steps, _ = metrics_rows(run_dir)
+    assert any("no run_finished row" in r for r in report["incomplete_reasons"])
+    steps, _, torn = read_metrics(metrics)  # SIGKILL may land mid-line: that line is left out
+    assert torn <= 1
     assert report["results"]["steps_recorded"] == len(steps) >= 3
     assert report["ledger"] is not None
 
