@@ -37,6 +37,9 @@ from typing import Any
 import torch
 
 from probes.instruments.phase_split import INTERVAL_PHASES, PendingSplits, StepMarks
+from probes.records import SPLIT_FIELDS
+
+ROW_FIELDS = (*SPLIT_FIELDS, "split_step")  # what PhaseClock.end gives, in this order
 
 _graph_task_id = torch._C._current_graph_task_id  # -1 outside a backward pass
 
@@ -100,13 +103,15 @@ class PhaseClock:
             self._sums[:] = (0.0, 0.0, 0.0)
             self._seen[:] = (False, False, False)
 
-    def end(self, ended_s: float) -> dict[str, float | int | None]:
-        """The step's fields: its phases (CUDA: those of the oldest step whose events are done)
-        and ``split_step``, the step they measured. ``ended_s``: the host clock's end of the
-        step, the one step_ms is measured to, so on CPU the parts add up to step_ms exactly."""
+    def end(self, ended_s: float) -> tuple[float | int | None, ...] | None:
+        """The step's ROW_FIELDS values: its phases (CUDA: those of the oldest step whose events
+        are done) and ``split_step``, the step they measured; None when there are none yet.
+        ``ended_s``: the host clock's end of the step, the one step_ms is measured to, so on CPU
+        the parts add up to step_ms exactly. A tuple, not a dict: the Monitor sets them on the
+        row's draft in one statement (issue 28)."""
         step, self._step = self._step, None
         if step is None:
-            return {}
+            return None
         if self._pending is None:
             return self._host_split(step, ended_s)
         marks, self._marks = self._marks, None
@@ -115,19 +120,19 @@ class PhaseClock:
         self._pending.add(marks)
         taken = self._pending.take()
         if taken is None:
-            return {}
+            return None
         split_step, fields = taken
-        return {**fields, "split_step": split_step}
+        return (*(fields[name] for name in SPLIT_FIELDS), split_step)
 
-    def _host_split(self, step: int, end: float) -> dict[str, float | int | None]:
+    def _host_split(self, step: int, end: float) -> tuple[float | int | None, ...]:
         """CPU: the sums the hooks kept, as split_ms would make them from the same marks."""
         sums, seen, start, left = self._sums, self._seen, self._start, self._left
         inside = sums[0] + sums[1] + sums[2]
-        return {"data_wait_ms": max(0.0, (start - left) * 1000.0) if left is not None else None,
-                "forward_ms": sums[0] * 1000.0 if seen[0] else None,
-                "backward_ms": sums[1] * 1000.0 if seen[1] else None,
-                "optimizer_ms": sums[2] * 1000.0 if seen[2] else None,
-                "other_ms": max(0.0, (end - start - inside) * 1000.0), "split_step": step}
+        return (max(0.0, (start - left) * 1000.0) if left is not None else None,
+                sums[0] * 1000.0 if seen[0] else None,
+                sums[1] * 1000.0 if seen[1] else None,
+                sums[2] * 1000.0 if seen[2] else None,
+                max(0.0, (end - start - inside) * 1000.0), step)
 
     def _interval(self, index: int, start: Any, end: Any) -> None:
         if self._pending is None:  # CPU: perf_counter is monotonic, end >= start

@@ -58,7 +58,7 @@ from probes.monitor.stepvalues import (
     on_device,
     read_step_values,
 )
-from probes.records import Event, StepSample
+from probes.records import Event, StepSample, freeze_step
 from probes.records.errors import MonitorArgumentError, MonitorStateError
 from probes.runfolder.recorder import Sink
 
@@ -317,7 +317,7 @@ class Monitor:
         synced = on_device(v.loss) or on_device(v.grad_norm) or on_device(scale_t)
         loss, grad_norm, scale = read_step_values(v.loss, v.grad_norm, scale_t)
         step_s = max(time.perf_counter() - scope._t0, 1e-9)
-        split = self.phases.end(scope._t0 + step_s) if self.phases is not None else {}
+        split = self.phases.end(scope._t0 + step_s) if self.phases is not None else None
         if self.non_finite == "fail" and not self._scale_watch.enabled:
             error = non_finite_error(step, self._amp, loss, grad_norm)
             if error is not None:
@@ -326,15 +326,18 @@ class Monitor:
         reading = self.memory.read(count_peak=not self._tracing)  # records.counts_toward_peak
         if step == self.warmup_steps:
             self.memory.reset_peak()  # set-up and first-step allocations leave the run's peak
-        sample = self.session.step_sample(
+        row = self.session.step_draft(
             step, reading, step_s, amp=self._amp,
             tokens_in_step=v.tokens if v.tokens is not None else self.tokens_per_step,
             samples_in_step=v.samples if v.samples is not None else self.samples_per_step,
             loss=loss, scale=scale if self.scaler else None,
             skipped_steps=self._scale_watch.skipped, grad_norm=grad_norm,
             profiling=self._tracing, leak_active=self.leak_active,
-            micro_batches=v.micro_batches or self._micro or None, **split)
-        scope.sample = sample
+            micro_batches=v.micro_batches or self._micro or None)
+        if split is not None:  # phases.ROW_FIELDS, set on the draft in one statement
+            (row.data_wait_ms, row.forward_ms, row.backward_ms, row.optimizer_ms, row.other_ms,
+             row.split_step) = split
+        scope.sample = sample = freeze_step(row)
         out = v.output
         out_bytes = out.numel() * out.element_size() if isinstance(out, torch.Tensor) else None
         # the row and the batched hooks' view of the step (no tensors held: they run late)

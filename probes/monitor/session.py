@@ -42,7 +42,7 @@ from probes.counters.memory import MemoryProbe, MemoryReading
 from probes.counters.nvml import NvmlPoller
 from probes.counters.sysinfo import system_info
 from probes.instruments.hooks import RunContext
-from probes.records import Event, StepSample
+from probes.records import Event, StepDraft, StepSample, freeze_step
 from probes.runfolder import socket_name
 from probes.runfolder.recorder import RunRecorder, Sink
 from probes.runfolder.state import RunState
@@ -166,13 +166,24 @@ class RunSession:
         process RSS on CPU) and its throughput (the tokens or samples it processed over
         ``step_s``); ``fields`` are the writer's own StepSample fields (grad_norm, profiling,
         phase ...)."""
+        return freeze_step(self.step_draft(
+            step, reading, step_s, amp=amp, tokens_in_step=tokens_in_step,
+            samples_in_step=samples_in_step, loss=loss, scale=scale, skipped_steps=skipped_steps,
+            **fields))
+
+    def step_draft(self, step: int, reading: MemoryReading, step_s: float, *, amp: str,
+                   tokens_in_step: int | None = None, samples_in_step: int | None = None,
+                   loss: Any = None, scale: float | None = None, skipped_steps: int = 0,
+                   **fields: Any) -> Any:
+        """``step_sample``'s row as a StepDraft, still open to the writer's last fields (the
+        Monitor's step split) before ``freeze_step`` (probes/records/step.py: why)."""
         driver = reading.host_rss_bytes
         polled: dict[str, Any] = {}
         if self.nvml is not None:
             latest = self.nvml.latest
             driver = latest.driver_bytes if latest is not None else None
             polled = latest.step_fields() if latest is not None else {}
-        return StepSample(
+        return StepDraft(
             step=step, time_s=self.recorder.elapsed_s(), loss=loss,
             tokens_per_s=tokens_in_step / step_s if tokens_in_step else None,
             step_ms=step_s * 1000.0,

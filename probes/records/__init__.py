@@ -84,8 +84,10 @@ from probes.records.step import (  # noqa: F401
     SPLIT_FIELDS,
     SPLIT_LABELS,
     STEP_FIELDS,
+    StepDraft,
     StepSample,
     counts_toward_peak,
+    freeze_step,
     step_row_problem,
 )
 from probes.records.values import (  # noqa: F401
@@ -117,6 +119,8 @@ __all__ = [
     "step_row_problem",
     "INFERENCE_FIELDS",
     "STEP_FIELDS",
+    "StepDraft",
+    "freeze_step",
     "PREFILL",
     "DECODE",
     "PHASES",

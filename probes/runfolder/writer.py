@@ -1,7 +1,8 @@
 """metrics.jsonl written: one JSON object a line, appended; step rows batched and flushed by time.
 
-A step row costs the step path its JSON encoding (one C call, the encoder made once) and a
-copy into a buffer made once, which is written every ``flush_interval_s``. On CUDA runs
+A step row costs the step path its JSON line (one %-format call of a template made once per
+shape of row, probes/runfolder/rowline.py; the encoder for anything else) and a copy into a
+buffer made once, which is written every ``flush_interval_s``. On CUDA runs
 (``encode_in_thread``, set by RunSession.open) the step path only queues the row's values (one
 C call, ``StepSample.training_values``) and the writer's thread (``_Flusher``, one for every
 open writer) encodes them within ``ENCODE_EVERY_S`` (it polls; the step path never wakes it):
@@ -41,6 +42,7 @@ from typing import Any
 from probes import records as R
 from probes.records import STEP_FIELDS, Record, StepSample
 from probes.runfolder.atomic import json_safe
+from probes.runfolder.rowline import training_line
 
 FLUSH_INTERVAL_S = 0.5  # the most of step rows a SIGKILL can take with it
 BUFFER_BYTES = 1 << 20  # ~1,500 step rows: a row waits for the interval or for a full buffer
@@ -61,6 +63,14 @@ def json_line(row: dict[str, Any]) -> str:
         return _ENCODER.encode(row)
     except ValueError:
         return _SAFE_ENCODER.encode(json_safe(row))
+
+
+def step_line(values: tuple[Any, ...]) -> str:
+    """A training step row's line from its values (``StepSample.training_values``): one
+    %-format call where the row's shape allows (probes/runfolder/rowline.py: durations to 9
+    significant digits), the encoder otherwise."""
+    line = training_line(values)
+    return line if line is not None else json_line(dict(zip(STEP_FIELDS, values, strict=True)))
 
 
 class MetricsWriter:
@@ -100,8 +110,10 @@ class MetricsWriter:
 
     def write_row(self, row: dict[str, Any], urgent: bool = True) -> None:
         """One row; ``urgent`` rows (events) reach the file before this returns."""
-        data = (json_line(row) + "\n").encode("utf-8")
-        step = row.get("step", self._pending_step)
+        self._write_line(json_line(row), row.get("step", self._pending_step), urgent)
+
+    def _write_line(self, line: str, step: int, urgent: bool) -> None:
+        data = (line + "\n").encode("utf-8")
         with self._lock:
             if self._deferred is not None:
                 raise self._deferred
@@ -127,6 +139,11 @@ class MetricsWriter:
             getattr(record, "event", None) not in BATCHED_EVENTS
         if self._queued:
             self.encode_queued()  # the file keeps the order of publishing
+        if type(record) is StepSample:
+            values = record.training_values()
+            if values is not None:
+                self._write_line(step_line(values), values[0], urgent)
+                return
         self.write_row(record.to_json(), urgent=urgent)
 
     @property
@@ -148,7 +165,7 @@ class MetricsWriter:
                 step = self._pending_step
                 while queued and len(lines) < 256:
                     values = queued.popleft()
-                    lines.append(json_line(dict(zip(STEP_FIELDS, values, strict=True))))
+                    lines.append(step_line(values))
                     step = values[0]
                 self._add_locked(("\n".join(lines) + "\n").encode("utf-8"))
                 self._pending_step = step
