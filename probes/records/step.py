@@ -110,7 +110,7 @@ class StepSample:
 # The step path's row (issue 28): a frozen dataclass's __init__ sets each of its ~40 slots with
 # object.__setattr__ (~4 µs a row in vitro, ~3x that after a step's torch work has flushed the
 # caches). StepDraft is StepSample's unfrozen twin, made from StepSample's own fields (the same
-# slots, in the same order, the same defaults): RunSession.step_sample builds the row as a draft
+# slots, in the same order, the same defaults): RunSession.step_draft builds the row as a draft
 # in ~1 µs and ``freeze_step`` turns it into the StepSample it is, in place (Python allows a
 # __class__ change between two classes of one slot layout), frozen from then on.
 StepDraft = dataclasses.make_dataclass(

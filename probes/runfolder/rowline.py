@@ -20,15 +20,17 @@ apart from a number.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from itertools import compress
 from operator import itemgetter
 from typing import Any
 
-from probes.records import STEP_FIELDS
+from probes.records import STEP_FIELDS, StepSample
 
 # the training fields written as literals in the template: str and bool in the schema
-_LITERAL_FIELDS = ("amp", "device", "profiling", "leak_active")
+_LITERAL_FIELDS = tuple(f.name for f in dataclasses.fields(StepSample)
+                        if f.name in STEP_FIELDS and str(f.type) in ("str", "bool"))
 _LITERAL_AT = tuple(STEP_FIELDS.index(name) for name in _LITERAL_FIELDS)
 _GET_LITERALS = itemgetter(*_LITERAL_AT)
 _NUMBER_FORMATS = {int: "%d", float: "%r"}
