@@ -61,7 +61,6 @@ REFRESH_S = 0.5  # 2 Hz: the rate docs/ARCHITECTURE.md records at 0.98 of headle
 CHART_EVERY_S = 5.0  # plotext rebuilds cost ~30 ms: rarely
 VIEWS = ("chart", "ops", "ledger", "split")
 FIRST_SAMPLE_POLL_S = 0.05  # until the first sample: startup target is the bare floor + 0.2 s
-GEN2_EVERY = 100  # gen-1 passes between gen-2 passes once frozen (CPython's default: 10)
 
 
 class MemtopApp(LiveEvents, StatusBars, RanksView, AppActions, NoticeLog, App[int]):
@@ -106,7 +105,6 @@ class MemtopApp(LiveEvents, StatusBars, RanksView, AppActions, NoticeLog, App[in
         self.last_sample: StepSample | None = None
         self.ticks = 0
         self._gc_frozen = False
-        self._gc_thresholds: tuple[int, int, int] | None = None
         self._alert_panes: dict[str, str] = {}  # counter -> pane id
         self._loop: asyncio.AbstractEventLoop | None = None  # set on mount; for other threads
         # several ranks: the panes and chart follow rank 0, the rank table every rank
@@ -378,17 +376,14 @@ class MemtopApp(LiveEvents, StatusBars, RanksView, AppActions, NoticeLog, App[in
 
     def _maybe_freeze_gc(self) -> None:
         """Once the run has started: collect, then freeze, so gen-2 passes stop walking
-        torch's and Textual's ~200k long-lived objects (a ~100 ms GIL hold each,
-        docs/ARCHITECTURE.md), as the trainer does (trainer/loop.py). After a freeze CPython
-        counts almost nothing as long lived, so its 25% rule lets a gen-2 pass run at every 10th
-        gen-1 pass (~0.6/s on the UI thread, benchmarks/RESULTS.md); GEN2_EVERY gen-1 passes
-        space them out (undone at shutdown)."""
+        torch's and Textual's ~330k long-lived objects (a ~100 ms GIL hold each,
+        docs/ARCHITECTURE.md), as the trainer does (trainer/loop.py). CPython's thresholds stay:
+        what a gen-2 pass walks after the freeze is the garbage since the last one (rendered
+        strips, ~1 µs an object here), so frequent passes are the short ones: 17 ms median
+        against ~100 ms when they were spaced 10× further apart (benchmarks/RESULTS.md)."""
         if self.freeze_gc and not self._gc_frozen and self.run_state.state != "starting":
             gc.collect()
             gc.freeze()
-            self._gc_thresholds = gc.get_threshold()
-            t0, t1, t2 = self._gc_thresholds
-            gc.set_threshold(t0, t1, max(t2, GEN2_EVERY))
             self._gc_frozen = True
 
     def relabel(self, device_type: str) -> None:

@@ -284,6 +284,4 @@ class AppActions:
             self.ending.shutdown(timeout_s, out)
         if self._gc_frozen:
             gc.unfreeze()
-            if self._gc_thresholds is not None:
-                gc.set_threshold(*self._gc_thresholds)
             self._gc_frozen = False

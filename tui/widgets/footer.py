@@ -7,12 +7,19 @@ later gen-2 gc pass on the UI thread walked them (benchmarks/RESULTS.md, ui_late
 
 Its keys fit the row: where the full words do not, shorter ones, then descriptions cut with
 "…" (tui/format.py footer_descriptions); Textual's footer cut the last key mid-word ("q q").
+
+It recomposes only when the keys it would show changed. Textual's recomposes at every bindings
+update of its screen, and closing the help screen sends one or two with the same keys: each made
+~10 new FooterKeys (two virtual DOM nodes, styles, render caches each) that died a few frames
+later in reference cycles, ~23 per help open/close, which made most of the gen-2 gc passes' work
+on the UI thread (benchmarks/RESULTS.md, "the help screen's garbage").
 """
 
 from __future__ import annotations
 
 from textual import events
 from textual.app import ComposeResult
+from textual.screen import Screen
 from textual.widgets import Footer
 from textual.widgets._footer import FooterKey
 
@@ -29,12 +36,33 @@ class MemtopFooter(Footer):
         watchers = getattr(self, "__watchers", {}).get("compact")
         if watchers:
             watchers[:] = [(r, cb) for r, cb in watchers if getattr(r, "is_attached", True)]
+        self._composed_keys = self.shown_keys()
         items = list(super().compose())
         keys = [w for w in items if isinstance(w, FooterKey)]
         self._full = [(k.key_display, k.description) for k in keys]
         for key, text in zip(keys, self._fitted(self._width()), strict=True):
             key.description = text
         yield from items
+
+    def shown_keys(self) -> tuple | None:
+        """What compose would show, as values (the screen's active bindings with their states,
+        and whether the palette key is shown); None before the bindings are ready."""
+        if not self._bindings_ready:
+            return None
+        palette = self.show_command_palette and self.app.ENABLE_COMMAND_PALETTE
+        bindings = self.screen.active_bindings.items()
+        return palette, tuple((key, b, enabled, tip) for key, (_, b, enabled, tip) in bindings)
+
+    def bindings_changed(self, screen: Screen) -> None:
+        """As Footer's, but the recompose waits for a refresh and then runs only if the keys
+        changed."""
+        self._bindings_ready = True
+        if screen.app.app_focus and self.is_attached and screen is self.screen:
+            self.call_after_refresh(self._recompose_if_changed)
+
+    async def _recompose_if_changed(self) -> None:
+        if self.is_attached and self.shown_keys() != getattr(self, "_composed_keys", None):
+            await self.recompose()
 
     def _width(self) -> int:
         return self.size.width or self.app.size.width or 80
