@@ -15,6 +15,7 @@ profiler: probes/instruments/proftrace.py.
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import os
 import subprocess
@@ -245,6 +246,7 @@ class ProfilerWindow(StepHook):
         if win is not None:
             self._stop_profiler(win)  # nothing was written yet: the folder appears on export
             self._retire(win.worker)
+            self._release(win)
         self._emit(R.PROFILE_CANCELLED, step, {"reason": reason})
 
     def _finish_window(self, step: int) -> None:
@@ -263,6 +265,7 @@ class ProfilerWindow(StepHook):
             export_s = export_trace(win.prof, out_dir, self._window_info(win))
         except Exception as exc:  # e.g. disk full: no half-written trace is left behind
             self._retire(win.worker)
+            self._release(win)
             self._emit(R.PROFILE_CANCELLED, step, {
                 "reason": f"trace export failed: {type(exc).__name__}: {exc}",
                 "dir": win.dir_name})
@@ -284,15 +287,12 @@ class ProfilerWindow(StepHook):
                     win.prof, out_dir, sort_by=self.sort_by, top_n=self.top_n,
                     use_device=self.use_device, profile_memory=self.profile_memory)
             except Exception as exc:
+                self._release(win)
                 self._emit(R.PROFILE_CANCELLED, step, {
                     "reason": f"analysis failed: {type(exc).__name__}: {exc}",
                     "dir": win.dir_name})
                 return
-        win.prof = None  # the trace is on disk; free the profiler's event buffers
-        if self.trim_heap and not self.keep_profiler:
-            # issue 28: what the buffers and the export used stays in glibc's arenas unless
-            # handed back (RESULTS.md, issue 28: the RSS after windows); the GIL is released
-            self.trimmed.append(trim_heap())
+        self._release(win)
         self._analysis = ana
         self._poll(step, block=False)
 
@@ -376,6 +376,21 @@ class ProfilerWindow(StepHook):
             if worker.stdin is not None:
                 worker.stdin.close()
         self._retired.append(worker)
+
+    def _release(self, win: _Window) -> None:
+        """Free the window's profiler and hand its memory back (issue 28). torch's profile
+        object sits in reference cycles (its action map holds its own bound methods), so
+        dropping it frees nothing until a gc pass finds it: the trim used to run before that
+        and the event buffers, freed seconds later, stayed in the training thread's glibc
+        arena as RSS (+5.5 MiB the first window, RESULTS.md "the profiler's cycle"). One
+        collection here frees them, then malloc_trim(0) returns the pages; the GIL is released
+        during the trim."""
+        win.prof = None
+        if self.keep_profiler:  # the caller holds it (last_profiler): nothing to free
+            return
+        gc.collect()
+        if self.trim_heap:
+            self.trimmed.append(trim_heap())
 
     def _emit(self, name: str, step: int, data: dict[str, Any]) -> None:
         self.ctx.emit(Event(name, step, self.ctx.elapsed_s(), data))

@@ -227,12 +227,26 @@ def test_device_kernels_count_towards_the_op_that_launched_them():
 
 
 def test_a_finished_window_hands_the_freed_heap_back(tiny_config):
-    """issue 28: after the export, malloc_trim(0) on glibc (None where there is none); a
+    """issue 28: after the export the profiler is freed (it lives in reference cycles: a
+    collection, not a del) and then malloc_trim(0) runs on glibc (None where there is none); a
     profiler kept for the caller keeps its buffers, so nothing is trimmed then."""
+    import gc
+    import weakref
+
     from probes.counters.memory import trim_heap
 
-    window = ProfilerWindow(0, 1, 1, at_steps=[2])
-    train(tiny_config(steps=6), window)
+    class Watched(ProfilerWindow):
+        def _open(self, step: int, trigger: str) -> None:
+            super()._open(step, trigger)
+            self.profiler_ref = weakref.ref(self._window.prof)
+
+    window = Watched(0, 1, 1, at_steps=[2])
+    gc.disable()  # only the window's own collection may free its profiler's cycle
+    try:
+        train(tiny_config(steps=6), window)
+        assert window.profiler_ref() is None  # freed before the trim, not at some later gc
+    finally:
+        gc.enable()
     expected = (None,) if trim_heap() is None else (True, False)
     assert len(window.trimmed) == 1 and window.trimmed[0] in expected
     kept = ProfilerWindow(0, 1, 1, at_steps=[2], keep_profiler=True)
