@@ -108,8 +108,7 @@ async def test_help_is_built_once_and_screen_changes_leave_nothing_behind(make_a
     async with app.run_test(size=(80, 24)) as pilot:
         footer = app.query_one(MemtopFooter)
         await wait_for(pilot, lambda: len(footer.query("FooterKey")) >= 8, "the footer's keys")
-        keys = list(footer.query("FooterKey"))
-        screens, watchers = [], []
+        screens, watchers, keys = [], [], []
         for _ in range(4):
             await pilot.press("question_mark")
             await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen), "help screen")
@@ -118,8 +117,9 @@ async def test_help_is_built_once_and_screen_changes_leave_nothing_behind(make_a
             await wait_for(pilot, lambda: not isinstance(app.screen, HelpScreen), "closed")
             await pilot.pause()
             watchers.append(footer.compact_watchers())
+            keys.append(list(footer.query("FooterKey")))
         assert all(s is screens[0] for s in screens)
-        assert list(footer.query("FooterKey")) == keys  # the same widgets: not recomposed
+        assert all(k == keys[0] for k in keys[1:])  # the same widgets: not recomposed
         assert watchers[-1] <= watchers[0], watchers  # unpatched Footer: +9 per open/close
         assert watchers[0] <= len(footer.query("FooterKey"))
 

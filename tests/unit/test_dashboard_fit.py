@@ -98,9 +98,13 @@ def _footer_problems(app) -> list[str]:
 async def test_the_footer_cuts_no_key_label_unmarked(make_app, size):
     from textual.widgets._footer import FooterKey
 
+    def laid_out() -> bool:  # composed and placed (a region is set after the layout pass)
+        keys = app.screen.query(FooterKey)
+        return len(keys) >= 8 and all(k.region.width > 0 for k in keys)
+
     app = make_app(autostart=False)
     async with app.run_test(size=size) as pilot:
-        await wait_for(pilot, lambda: len(app.screen.query(FooterKey)) >= 8, "the footer's keys")
+        await wait_for(pilot, laid_out, "the footer's keys, laid out")
         assert not _footer_problems(app)
         shown = [k.key_display for k in app.screen.query(FooterKey)]
         assert shown[-1] == "q" and "?" in shown  # quit and help stay on the row
