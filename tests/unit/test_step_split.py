@@ -16,6 +16,7 @@ from probes.analysis.step_split import (
     excess_text,
     largest_phase,
     phase_excess,
+    phase_medians,
     phase_stats,
     split_line,
     why_no_split,
@@ -85,8 +86,10 @@ def test_a_sleeping_loader_is_the_largest_phase_and_the_hint_fires(tmp_path):
         split = {name: row[name] for name in SPLIT_FIELDS}
         assert all(v is not None for v in split.values()), split
         assert row["data_wait_ms"] >= 15.0  # the 20 ms sleep is a floor, never a ceiling
-        assert largest_phase(split) == "data_wait_ms"
         assert row["split_step"] == row["step"]  # CPU: the step's own split
+    # the pane shares out the recent steps' medians (tui/widgets/step_split.py): one step whose
+    # backward a loaded machine stretched past 20 ms (CI did) does not change what it shows
+    assert largest_phase(phase_medians(rows[1:])) == "data_wait_ms"
     assert rows[0]["data_wait_ms"] is None
     assert "input_bound" in hints and hints.count("input_bound") == 1
 
