@@ -30,6 +30,7 @@ class MemtopFooter(Footer):
     DEFAULT_CSS = """
     MemtopFooter { dock: bottom; }
     """
+    _composed_keys: tuple | None = None  # shown_keys() at the last compose
 
     def compose(self) -> ComposeResult:
         """Drop the watcher entries of keys no longer attached, then compose as Footer does."""
@@ -61,7 +62,7 @@ class MemtopFooter(Footer):
             self.call_after_refresh(self._recompose_if_changed)
 
     async def _recompose_if_changed(self) -> None:
-        if self.is_attached and self.shown_keys() != getattr(self, "_composed_keys", None):
+        if self.is_attached and self.shown_keys() != self._composed_keys:
             await self.recompose()
 
     def _width(self) -> int:
