@@ -233,6 +233,16 @@ def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
 
 
+def read_jsonl_so_far(path: Path) -> list[dict]:
+    """The rows of a JSONL file another process is still appending to: the complete lines only
+    (a last line without its newline is being written), none while the file is absent."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    lines = path.read_bytes().split(b"\n")[:-1]
+    return [json.loads(line) for line in lines if line.strip()]
+
+
 def metrics_rows(run_dir: Path, name: str = METRICS) -> tuple[list[dict], list[dict]]:
     """(step rows, event rows) of a finished run's metrics file, every line whole JSON."""
     rows = read_jsonl(Path(run_dir) / name)

@@ -24,7 +24,8 @@ memtop = MemtopCallback()
 trainer = hf_trainer.make_trainer(sys.argv[1], steps={STEPS}, logging_steps=4, eval_steps=None,
                                   save_steps=None, callbacks=[memtop])
 trainer.train()
-print("run", trainer.args.process_index, memtop.driver.last_run)
+rank = trainer.args.process_index
+open(sys.argv[1] + f"-rank-{{rank}}.txt", "w").write(str(memtop.driver.last_run))
 """
 LIGHTNING = f"""
 import sys
@@ -38,7 +39,8 @@ trainer = pl.Trainer(max_steps={STEPS}, accumulate_grad_batches=2, accelerator="
                      enable_model_summary=False, enable_checkpointing=False,
                      default_root_dir=sys.argv[1], callbacks=[memtop])
 trainer.fit(lightning_fit.make_module(), lightning_fit.loaders({STEPS}, 2)[0])
-print("run", trainer.global_rank, memtop.driver.last_run)
+rank = trainer.global_rank
+open(sys.argv[1] + f"-rank-{{rank}}.txt", "w").write(str(memtop.driver.last_run))
 """
 
 
@@ -52,8 +54,9 @@ def test_two_ranks_write_one_folder(framework, tmp_path):
          str(script), str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300,
         env=subprocess_env(), stdin=subprocess.DEVNULL)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
-    folders = {line.split()[2] for line in done.stdout.splitlines() if line.startswith("run ")}
-    assert len(folders) == 1, done.stdout  # both ranks wrote into the folder rank 0 made
+    # each rank names its run folder in a file of its own (their prints interleave on one pipe)
+    folders = {(tmp_path / f"out-rank-{rank}.txt").read_text() for rank in (0, 1)}
+    assert len(folders) == 1, folders  # both ranks wrote into the folder rank 0 made
     (run,) = (out / "memtop").iterdir()
     assert str(run) in folders
     for rank in (0, 1):

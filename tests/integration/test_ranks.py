@@ -14,7 +14,16 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from factories import TINY, cli_options, read_jsonl, run_cli, start_cli, wait_for, wait_until
+from factories import (
+    TINY,
+    cli_options,
+    read_jsonl,
+    read_jsonl_so_far,
+    run_cli,
+    start_cli,
+    wait_for,
+    wait_until,
+)
 
 from probes.runfolder import read_metrics
 
@@ -28,15 +37,14 @@ def _run_folder(root: Path) -> Path | None:
 
 
 def _steps(run: Path, rank: int) -> list[dict]:
-    path = run / f"metrics-rank-{rank}.jsonl"
-    if not path.exists():
-        return []
-    lines = path.read_bytes().split(b"\n")[:-1]  # complete lines only
-    return [r for r in (json.loads(x) for x in lines if x.strip()) if "event" not in r]
+    """A live rank's step rows so far."""
+    return [r for r in read_jsonl_so_far(run / f"metrics-rank-{rank}.jsonl") if "event" not in r]
 
 
 def _events(run: Path, rank: int, name: str) -> list[dict]:
-    return [r for r in read_jsonl(run / f"metrics-rank-{rank}.jsonl") if r.get("event") == name]
+    """A rank's events of one kind so far (its file may be mid-append)."""
+    rows = read_jsonl_so_far(run / f"metrics-rank-{rank}.jsonl")
+    return [r for r in rows if r.get("event") == name]
 
 
 def _pids(run: Path) -> list[int]:
