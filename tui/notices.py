@@ -35,7 +35,9 @@ class NoticeLog:
 
     def notify(self: Any, message: str, *, title: str = "",
                severity: SeverityLevel = "information", timeout: float | None = None,
-               markup: bool = True) -> None:
+               markup: bool = False) -> None:
+        """Shown and kept. Plain text unless ``markup``: memtop's toasts carry the run's own
+        words (paths, op names, exception messages), which Textual would read as markup."""
         with self._notices_lock:
             self._notices.append(Notice(title, message, severity))
         super().notify(message, title=title, severity=severity, timeout=timeout, markup=markup)

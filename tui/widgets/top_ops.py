@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
+from textual.content import Content
 from textual.widgets import DataTable, Static
 
 from probes.records.phase_ops import split_ranges
@@ -103,7 +105,8 @@ class TopOpsTable(Vertical):
             title = op_column_title(key) + (" ▼" if key == self.sort_key else "")
             table.add_column(title, key=key)
         for op in sort_ops(self.ops, self.sort_key):
-            cells = [shorten_op(str(op.get("name", "?")), name_w)]
+            # names as written: a str cell is markup to DataTable ("[memory]" would vanish)
+            cells: list[Any] = [Text(shorten_op(str(op.get("name", "?")), name_w))]
             cells += [op_cell(key, op.get(key)) for key in shown]
             table.add_row(*cells)
         step = self.window.get("step")
@@ -122,5 +125,6 @@ class TopOpsTable(Vertical):
             subtitle += " · not ops: " + ", ".join(str(r.get("name", "?")) for r in self.ranges)
         if analysis is not None:
             subtitle += f" · analysed in {analysis:.1f} s"
-        self.border_title = fit(title, max(10, width - 2))
-        self.border_subtitle = fit(subtitle.strip(" ·"), max(10, width - 4))
+        # plain Content: a str title is markup, and the folder and labels are the run's own
+        self.border_title = Content(fit(title, max(10, width - 2)))
+        self.border_subtitle = Content(fit(subtitle.strip(" ·"), max(10, width - 4)))
