@@ -100,14 +100,14 @@ class TopOpsTable(Vertical):
         name_w = op_name_width(width, len(shown))
         table = self._table
         table.clear(columns=True)
-        table.add_column("op", key="name", width=name_w)
+        # every label and cell as Text: DataTable reads a str as markup ("[memory]" vanished)
+        table.add_column(Text("op"), key="name", width=name_w)
         for key in shown:
             title = op_column_title(key) + (" ▼" if key == self.sort_key else "")
-            table.add_column(title, key=key)
+            table.add_column(Text(title), key=key)
         for op in sort_ops(self.ops, self.sort_key):
-            # names as written: a str cell is markup to DataTable ("[memory]" would vanish)
-            cells: list[Any] = [Text(shorten_op(str(op.get("name", "?")), name_w))]
-            cells += [op_cell(key, op.get(key)) for key in shown]
+            cells = [Text(shorten_op(str(op.get("name", "?")), name_w))]
+            cells += [Text(op_cell(key, op.get(key))) for key in shown]
             table.add_row(*cells)
         step = self.window.get("step")
         where = self.window.get("dir")
