@@ -60,12 +60,13 @@ def proc_cpu_s(pid: int, tid: int | None = None) -> float | None:
         return None
 
 
-def proc_rss_bytes(pid: int) -> int | None:
-    """VmRSS of a process from /proc/PID/status."""
+def proc_rss_bytes(pid: int, field: str = "VmRSS") -> int | None:
+    """VmRSS of a process from /proc/PID/status, or another of its kB fields (RssAnon: private
+    memory; RssFile: file pages mapped in, such as a library's code read on first use)."""
     try:
         with open(f"/proc/{pid}/status", encoding="ascii") as fh:
             for line in fh:
-                if line.startswith("VmRSS:"):
+                if line.startswith(field + ":"):
                     return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         pass

@@ -120,6 +120,7 @@ def dashboard(minutes: float, warm_s: float, sample_s: float, help_every_s: floa
                         memtop_argv("--steps", "0", *TINY, "--run-dir", tmp))
         t0 = time.monotonic()
         samples: list[tuple[float, int]] = []
+        kinds: list[tuple[int | None, int | None]] = []  # (RssAnon, RssFile) of each sample
         presses = {"help": 0, "p": 0}
         next_help = help_every_s if help_every_s > 0 else float("inf")
         next_prof = profile_every_s if profile_every_s > 0 else float("inf")
@@ -130,6 +131,8 @@ def dashboard(minutes: float, warm_s: float, sample_s: float, help_every_s: floa
                     raise RuntimeError(f"the dashboard exited early:\n{pane.capture()}")
                 now = time.monotonic() - t0
                 samples.append((now, rss))
+                kinds.append((proc_rss_bytes(pane.pid, "RssAnon"),
+                              proc_rss_bytes(pane.pid, "RssFile")))
                 if now >= next_help:  # a user opening and closing the help screen
                     pane.send("?")
                     time.sleep(1.0)
@@ -151,7 +154,8 @@ def dashboard(minutes: float, warm_s: float, sample_s: float, help_every_s: floa
         finally:
             pane.kill()
             TmuxPane.kill_server()
-    warm = next(s for s in samples if s[0] >= warm_s)
+    warm_at = next(i for i, s in enumerate(samples) if s[0] >= warm_s)
+    warm = samples[warm_at]
     after = [s for s in samples if s[0] >= warm[0]]
     # the step at the warm time: time_s in rows counts from the trainer's start, ~1-2 s after
     # ours; close enough to pick the row-based warm point
@@ -161,11 +165,21 @@ def dashboard(minutes: float, warm_s: float, sample_s: float, help_every_s: floa
         "exit": code, "samples": len(samples), "rss_warm": warm[1], "rss_end": samples[-1][1],
         "rss_max_after": max(v for _, v in after), "rss_min_after": min(v for _, v in after),
         "growth": samples[-1][1] - warm[1],
+        "anon_growth": _growth(kinds[warm_at][0], kinds[-1][0]),
+        "file_growth": _growth(kinds[warm_at][1], kinds[-1][1]),
         "slope_per_1k_s": slope_per_1k([t for t, _ in after], [v for _, v in after]),
         "steps": rows[-1][0], "rows": steps, "screen_ok": "STEP" in screen.upper(),
         "presses": presses,
         "per_minute": [(t, v) for t, v in samples if int(t) % 60 < sample_s] ,
     }
+
+
+def _growth(before: int | None, after: int | None) -> int | None:
+    return None if before is None or after is None else after - before
+
+
+def signed_mib(v: float | None) -> str:
+    return "n/a" if v is None else f"{v / MIB:+.2f}"
 
 
 def mib(v: float | None) -> str:
@@ -237,6 +251,8 @@ def main() -> None:
             f"| VmRSS at the end | {mib(d['rss_end'])} |\n"
             f"| **growth after warm-up** (target < {DASH_TARGET_MIB:g} MiB: {met}) | "
             f"**{d['growth'] / MIB:+.2f}** |\n"
+            f"| of it private (RssAnon) / file pages mapped in (RssFile: code read on first "
+            f"use) | {signed_mib(d['anon_growth'])} / {signed_mib(d['file_growth'])} |\n"
             f"| min / max after warm-up | {mib(d['rss_min_after'])} / "
             f"{mib(d['rss_max_after'])} |\n"
             f"| least-squares slope after warm-up, per 1000 s | "
