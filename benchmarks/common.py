@@ -1,4 +1,5 @@
-"""Shared by the benchmark scripts: machine description, medians, appending to RESULTS.md."""
+"""Shared by the benchmark scripts: machine description, medians, appending to RESULTS.md, the
+/proc readers (CPU, RSS, load: what else ran) and interleaved pairs with their A/A noise."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import math
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -92,12 +94,73 @@ def cpu_busy_s() -> float:
 
 def own_cpu_s(pid: int | None = None) -> float:
     """utime + stime of a process (this one by default), children excluded, in seconds."""
+    return proc_cpu_s(pid or os.getpid()) or 0.0
+
+
+def proc_cpu_s(pid: int, tid: int | None = None) -> float | None:
+    """utime + stime of a process (or one of its threads) in seconds; None when it is gone."""
+    path = f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat"
     try:
-        with open(f"/proc/{pid or os.getpid()}/stat", encoding="ascii") as fh:
+        with open(path, encoding="ascii") as fh:
             fields = fh.read().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / _clock_ticks()
     except (OSError, IndexError, ValueError):
-        return 0.0
+        return None
+
+
+def proc_rss_bytes(pid: int, field: str = "VmRSS") -> int | None:
+    """VmRSS of a process from /proc/PID/status, or another of its kB fields (RssAnon: private
+    memory; RssFile: file pages mapped in, such as a library's code read on first use)."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def load_avg() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"{one:.2f} {five:.2f} {fifteen:.2f}"
+
+
+def busy_cores(interval_s: float = 3.0) -> float:
+    """How many cores were busy over the next interval_s (from /proc/stat): an instant load."""
+    def snap() -> tuple[int, int]:
+        with open("/proc/stat", encoding="ascii") as fh:
+            vals = [int(v) for v in fh.readline().split()[1:]]
+        return sum(vals), vals[3] + vals[4]  # total, idle + iowait
+
+    t1, i1 = snap()
+    time.sleep(interval_s)
+    t2, i2 = snap()
+    return (os.cpu_count() or 1) * (1 - (i2 - i1) / max(1, t2 - t1))
+
+
+def wait_quiet(max_busy: float, max_wait_s: float, label: str = "") -> float:
+    """Wait (up to max_wait_s) until under max_busy cores are busy (others' benchmarks: on 2
+    cores a second torch process makes training ~30x slower through OpenMP's barriers)."""
+    t0 = time.monotonic()
+    while True:
+        busy = busy_cores()
+        if busy <= max_busy or time.monotonic() - t0 > max_wait_s:
+            if busy > max_busy:
+                print(f"  still {busy:.2f} cores busy {label}; measuring anyway", flush=True)
+            return busy
+        print(f"  {busy:.2f} cores busy {label}: waiting (top: {top_cpu()})", flush=True)
+        time.sleep(15)
+
+
+def top_cpu() -> str:
+    """The busiest process right now (what loads the shared cores), one short string."""
+    try:
+        out = subprocess.run(["ps", "-eo", "pcpu,pid,args", "--sort=-pcpu"],
+                             capture_output=True, text=True, timeout=5).stdout.splitlines()
+        return out[1].strip()[:100] if len(out) > 1 else "?"
+    except (OSError, subprocess.SubprocessError):
+        return "?"
 
 
 class LoadMeter:

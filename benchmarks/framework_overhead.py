@@ -149,7 +149,7 @@ def main() -> None:
     if not 0 <= args.skip < args.steps - 1:
         ap.error("--skip must leave at least two timed steps")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    from dashboard_overhead import wait_quiet
+    from common import wait_quiet
 
     wait_quiet(args.max_busy, args.max_wait, "before the first round")
     res = in_thread(measure, args)

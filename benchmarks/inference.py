@@ -20,8 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import ROOT, append_results
-from dashboard_overhead import load_avg
+from common import ROOT, append_results, load_avg
 
 
 def one_run(amp: str, root: Path) -> dict:

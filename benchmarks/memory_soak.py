@@ -26,10 +26,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import ROOT, append_results, machine
-from dashboard_overhead import TmuxPane, load_avg, memtop_argv, proc_rss_bytes, run_folder
+from common import ROOT, append_results, load_avg, machine, proc_rss_bytes
+from terminal import TINY, TmuxPane, memtop_argv, run_folder
 
-TINY = ["--layers", "1", "--dim", "32", "--heads", "2", "--seq-len", "16", "--batch-size", "4"]
 TARGET_MIB = 5.0  # headless, after its warm-up steps
 DASH_TARGET_MIB = 2.0  # dashboard, after its first --warm-seconds (its first 2 minutes)
 MIB = 1024 * 1024

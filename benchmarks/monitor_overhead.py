@@ -88,7 +88,7 @@ def main() -> None:
     ap.add_argument("--max-wait", type=float, default=600)
     ap.add_argument("--no-append", action="store_true")
     args = ap.parse_args()
-    from dashboard_overhead import wait_quiet
+    from common import wait_quiet
 
     wait_quiet(args.max_busy, args.max_wait, "before the first round")
     fns = {side: (lambda m=m: in_thread(run, m, args.steps, args.warm, args.batch_size, args.amp))

@@ -113,7 +113,7 @@ def main() -> None:
         for i in range(args.runs):
             print(f"{args.side} run {i + 1}: {fns[args.side]():,.0f} tok/s", flush=True)
         return
-    from dashboard_overhead import wait_quiet
+    from common import wait_quiet
 
     wait_quiet(args.max_busy, args.max_wait, "before the first round")
 

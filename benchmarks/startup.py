@@ -29,8 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import ROOT, append_results, machine, median
-from dashboard_overhead import TmuxPane, load_avg, memtop_argv, run_folder, wait_quiet
+from common import ROOT, append_results, load_avg, machine, median, wait_quiet
+from terminal import TmuxPane, memtop_argv, run_folder
 
 FRAME_TARGET_S = 0.6  # frame / first line
 OVER_FLOOR_S = 0.2  # first sample: at most this much after the bare script's first loss

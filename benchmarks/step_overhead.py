@@ -235,7 +235,7 @@ def main() -> None:
     ap.add_argument("--verbose", action="store_true", help="print every block")
     ap.add_argument("--no-append", action="store_true")
     args = ap.parse_args()
-    from dashboard_overhead import wait_quiet
+    from common import wait_quiet
 
     wait_quiet(args.max_busy, args.max_wait, "before the first round")
     if args.model == "sweep":

@@ -40,15 +40,16 @@ import time
 os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
 os.environ.setdefault("KINETO_LOG_LEVEL", "5")
 
-from common import ROOT, append_results, machine  # noqa: E402
-from dashboard_overhead import (  # noqa: E402
-    TmuxPane,
+from common import (  # noqa: E402
+    ROOT,
+    append_results,
     cpu_busy_s,
     load_avg,
-    memtop_argv,
+    machine,
     proc_cpu_s,
     wait_quiet,
 )
+from terminal import TmuxPane, memtop_argv  # noqa: E402
 
 TICK_S = 0.010
 TARGET_MS = 100.0

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from common import ROOT, append_results
-from dashboard_overhead import TmuxPane, run_folder
+from terminal import TmuxPane, run_folder
 
 CLK = os.sysconf("SC_CLK_TCK")
 
