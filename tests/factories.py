@@ -227,6 +227,21 @@ def run_context(run_dir: Path, **fields: Any):
     return RunContext(**values)
 
 
+# --- a profiler window's table ----------------------------------------------------------------
+# three rows of a CPU window's top ops, as profile_done carries them
+TOP_OPS = [
+    {"name": "aten::mm", "calls": 105, "self_cpu_us": 31000.0, "cpu_total_us": 31400.0,
+     "self_device_us": None, "device_total_us": None, "cpu_memory_bytes": None,
+     "device_memory_bytes": None},
+    {"name": "aten::copy_", "calls": 1272, "self_cpu_us": 24000.0, "cpu_total_us": 24000.0,
+     "self_device_us": None, "device_total_us": None, "cpu_memory_bytes": None,
+     "device_memory_bytes": None},
+    {"name": "autograd::engine::evaluate_function: ScaledDotProductAttentionBackward0",
+     "calls": 12, "self_cpu_us": 900.0, "cpu_total_us": 45000.0, "self_device_us": None,
+     "device_total_us": None, "cpu_memory_bytes": None, "device_memory_bytes": None},
+]
+
+
 # --- run folders, read ---------------------------------------------------------------------------
 def read_jsonl(path: Path) -> list[dict]:
     """Every row of a JSONL file in order; each line must be whole JSON (a torn one raises)."""
