@@ -15,13 +15,17 @@ call, so the ETA follows the rate as it changes. The time left sums the steps st
 step time that keeps its trend: a leak slows the steps it leaks in (a retained graph's objects
 make each garbage collection longer: memtop's graph demo went from 55 to 145 ms a step on its way
 to 10 GiB), so the last steps' median alone said "full" ~30% too early (benchmarks/RESULTS.md,
-issue 30). The trend is the difference of two medians (the older and the newer half of the last
-``TREND_WINDOW_STEPS`` steps' wall times), never below zero: robust to a pause or one slow step,
-and flat where the step time is. Pure: no torch, no clock of its own.
+issue 30). The trend is fitted to the medians of ``TREND_BLOCK_STEPS``-step blocks of the last
+``TREND_WINDOW_STEPS`` steps' wall times (a Theil–Sen slope, never below zero) and counts only
+when a Mann–Kendall test over those medians says the step time rises: a sum over hundreds of
+thousands of steps to come turns any noise read as a trend into days (a tiny leak against
+the host's RAM on a loaded machine read "23 days" for 1.4 hours). Robust to a pause or one slow
+step, flat where the step time is. Pure: no torch, no clock of its own.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import deque
 from dataclasses import dataclass
@@ -31,6 +35,9 @@ from probes.tools.stats import theil_sen_slope
 FILL_WINDOW_STEPS = 32  # steps the fill rate is fitted over (RSS grows in chunks)
 TREND_WINDOW_STEPS = 512  # steps the step time's trend is measured over
 TREND_MIN_STEPS = 64  # fewer, and the step time is taken as flat
+TREND_BLOCK_STEPS = 8  # the trend is fitted to medians of this many steps: one slow step moves none
+TREND_MIN_Z = 3.0  # Mann–Kendall z the block medians must reach (noise: ~1 in 700 reads)
+TREND_REFIT_STEPS = 16  # the trend is refitted after this many new steps (~1 ms a fit)
 
 
 @dataclass(frozen=True)
@@ -62,18 +69,31 @@ def fill_forecast(counter: str, limit_name: str, value_bytes: int, room_bytes: i
 
 
 def step_time_growth(step_times: list[tuple[int, float]]) -> float:
-    """Seconds a step's wall time grows per step: the median of the newer half of ``(step,
-    seconds)`` less that of the older half, over the steps between the halves' middles; 0.0
-    with fewer than TREND_MIN_STEPS points or a step time that does not grow."""
+    """Seconds a step's wall time grows per step, from ``(step, seconds)`` points: the Theil–Sen
+    slope of their TREND_BLOCK_STEPS-step blocks' medians, when a Mann–Kendall test over those
+    medians reaches TREND_MIN_Z; 0.0 with fewer than TREND_MIN_STEPS points, or a step time
+    that does not rise beyond its noise."""
     if len(step_times) < TREND_MIN_STEPS:
         return 0.0
-    half = len(step_times) // 2
-    older, newer = step_times[:half], step_times[-half:]
-    distance = statistics.median(s for s, _ in newer) - statistics.median(s for s, _ in older)
-    if distance <= 0:
+    size = TREND_BLOCK_STEPS
+    points = step_times[len(step_times) % size:]  # whole blocks, the newest kept
+    xs, ys = [], []
+    for k in range(0, len(points), size):
+        block = points[k:k + size]
+        xs.append(statistics.median(s for s, _ in block))
+        ys.append(statistics.median(t for _, t in block))
+    n = len(xs)
+    sign_sum, slopes = 0, []
+    for i in range(n):
+        for j in range(i + 1, n):
+            rise = ys[j] - ys[i]
+            sign_sum += (rise > 0) - (rise < 0)
+            if xs[j] != xs[i]:
+                slopes.append(rise / (xs[j] - xs[i]))
+    z = (sign_sum - 1) / math.sqrt(n * (n - 1) * (2 * n + 5) / 18)  # ties ignored: fewer rises
+    if z < TREND_MIN_Z or not slopes:
         return 0.0
-    grown = statistics.median(t for _, t in newer) - statistics.median(t for _, t in older)
-    return max(0.0, grown / distance)
+    return max(0.0, statistics.median(slopes))
 
 
 def filling_counter(device_type: str, limit_bytes: int | None, *, rss_bytes: int | None,
@@ -111,6 +131,8 @@ class FillTracker:
         self._points: deque[tuple[int, float, int]] = deque(maxlen=window_steps)
         self._per_step_s: deque[float] = deque(maxlen=window_steps)
         self._step_times: deque[tuple[int, float]] = deque(maxlen=TREND_WINDOW_STEPS)
+        self._growth_s = 0.0  # step_time_growth of _step_times, refitted every few steps
+        self._since_fit = TREND_REFIT_STEPS  # new step times since that fit
 
     def mark_gap(self) -> None:
         """The next point is not comparable with the last (its delta is not a step's growth)."""
@@ -127,6 +149,7 @@ class FillTracker:
             per_step = (time_s - last_t) / (step - last_step)
             self._per_step_s.append(per_step)
             self._step_times.append((step, per_step))
+            self._since_fit += 1
         self._points.append((step, time_s, int(value_bytes)))
 
     def bytes_per_step(self, since_step: int | None = None) -> float | None:
@@ -158,4 +181,13 @@ class FillTracker:
             return None
         counter, limit_name, value, room = where
         return fill_forecast(counter, limit_name, value, room, rate, self.seconds_per_step,
-                             sharers, step_time_growth(list(self._step_times)))
+                             sharers, self.step_time_growth_s)
+
+    @property
+    def step_time_growth_s(self) -> float:
+        """step_time_growth of the trailing step times, refitted every TREND_REFIT_STEPS new
+        steps (the guard asks at every step)."""
+        if self._since_fit >= TREND_REFIT_STEPS:
+            self._growth_s = step_time_growth(list(self._step_times))
+            self._since_fit = 0
+        return self._growth_s
