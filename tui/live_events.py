@@ -58,6 +58,8 @@ class LiveEvents:
 
     def _leak_cleared(self: Any, event: Event) -> None:
         self.leak_banner.cleared(event.step, event.data)
+        if not self.leak_banner.alerts:
+            self.culprit_box.leak_over()
         pane = self._alert_panes.pop(str(event.data.get("counter")), None)
         if pane is not None and pane not in self._alert_panes.values():
             self.panes[pane].set_class(False, "-alert")

@@ -89,7 +89,8 @@ def test_chart_title_says_its_steps_and_its_redraw_interval():
 @pytest.mark.parametrize("size", [(80, 24), (100, 30), (120, 40)])
 async def test_leak_banner_follows_the_forecast_and_marks_a_cut(make_app, size):
     """The ETA follows leak_forecast events (not frozen at the alert); a text longer than the
-    banner's lines ends with "…"; LEAK CLEARED says when RSS stays up that glibc keeps it."""
+    banner's lines ends with "…"; LEAK CLEARED says when RSS stays up that glibc keeps it, and
+    the culprit box of that leak goes."""
     app = make_app(autostart=False)
     async with app.run_test(size=size) as pilot:
         alert = {"counter": "host_heap", "bytes_per_step": 153600, "since_step": 41,
@@ -108,11 +109,14 @@ async def test_leak_banner_follows_the_forecast_and_marks_a_cut(make_app, size):
             "capacity_bytes": 200 * 1024**2, "fill_bytes_per_step": 4 * 1024**2,
             "steps_to_full": 50, "seconds_to_full": 75.0}))
         await wait_for(pilot, lambda: "75 s" in app.leak_banner.text, "recomputed ETA")
+        app.ring.push(Event("leak_culprit", 95, 6.5, {"steps": 3, "culprits": [], "guess": "x"}))
+        await wait_for(pilot, lambda: app.culprit_box.has_class("-shown"), "the culprit box")
         app.ring.push(Event("leak_cleared", 120, 8.0, {
             "counter": "host_heap", "since_step": 110, "host_rss_bytes": 1600 << 20,
             "alert_rss_bytes": 900 << 20}))
         await wait_for(pilot, lambda: "CLEARED" in app.leak_banner.text, "leak cleared")
         assert "glibc keeps freed memory" in app.leak_banner.text.replace("\n", " ")
+        assert not app.culprit_box.has_class("-shown")  # what held memory then: in the report
 
 
 @pytest.mark.parametrize("size", [(80, 24), (100, 30), (120, 40)])

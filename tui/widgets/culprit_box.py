@@ -56,6 +56,11 @@ class CulpritBox(TextLine):
         self.set_text(culprit_box_text(step, data))
         self.set_class(True, "-shown")
 
+    def leak_over(self) -> None:
+        """Every leak alert has cleared: the box goes (its answer named what held memory then;
+        the report keeps it, and `w` looks again)."""
+        self.set_class(False, "-shown")
+
     def looking(self) -> None:
         """The `w` key was pressed: say so until the answer comes."""
         self.set_text("WHO HOLDS MEMORY: looking now and again in a few steps ...")
