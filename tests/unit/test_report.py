@@ -81,6 +81,7 @@ def test_every_run_ends_with_a_report_consistent_with_metrics(finished_run):
                     "## Profiler windows", "## Leak and memory events"):
         assert heading in md
     assert "| metric" in md and "| saved activations" in md
+    assert "GPT: 1 layer, dim 32, 2 heads," in md  # the tiny run's shape, in words
 
 
 def test_percentile_is_numpy_linear():

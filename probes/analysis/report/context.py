@@ -28,6 +28,13 @@ SOFTWARE_KEYS = ("python", "torch", "cuda", "cudnn", "numpy", "memtop", "os", "s
 HIDDEN_FIELDS = ("time_s", "traceback")  # recorded, but not repeated in the report
 
 
+def counted(value: Any, noun: str) -> str:
+    """"1 layer", "4 layers"; "n/a layers" where the run did not record the count."""
+    if value is None:
+        return f"n/a {noun}s"
+    return f"{value} {noun}" if value == 1 else f"{value} {noun}s"
+
+
 def is_gpt_config(config: dict[str, Any]) -> bool:
     """A run of memtop's own GPT (its shape is in config.json), not a user's own model: a
     Monitor names the model it watched, and a user's config may well hold a seq_len."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from probes.analysis.report.context import SOFTWARE_KEYS, ReportContext
+from probes.analysis.report.context import SOFTWARE_KEYS, ReportContext, counted
 from probes.records import switches_text
 from probes.tools.tables import markdown_table
 
@@ -36,7 +36,8 @@ def render(section: dict[str, Any], report: dict[str, Any]) -> list[str]:
         ["hardware", f"{hw['device']} {hw.get('gpu_name') or hw.get('cpu_model')}"],
         ["software", f"Python {sw['python']}, torch {sw['torch']}, CUDA {sw['cuda'] or 'none'}"
                      f", memtop {sw['memtop']}"],
-        ["model", f"GPT: {model['layers']} layers, dim {model['dim']}, {model['heads']} heads, "
+        ["model", f"GPT: {counted(model['layers'], 'layer')}, dim {model['dim']}, "
+                  f"{counted(model['heads'], 'head')}, "
                   f"block {model['block_size']}, {model['attention']} attention, "
                   f"{model['params']} params; weights {res['weights']}"],
         ["input", f"B={inp['batch_size']}, prompt {inp['prompt_len']}, {inp['new_tokens']} new "

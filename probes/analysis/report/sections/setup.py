@@ -8,6 +8,7 @@ from typing import Any
 from probes.analysis.report.context import (
     SOFTWARE_KEYS,
     ReportContext,
+    counted,
     is_gpt_config,
     warmup_steps,
 )
@@ -94,8 +95,8 @@ def _t(value: Any) -> str:
 
 def _model_text(model: dict[str, Any], params: str) -> str:
     if model.get("kind", "GPT") == "GPT":
-        return (f"GPT: {_t(model['layers'])} layers, dim {_t(model['dim'])}, "
-                f"{_t(model['heads'])} heads, vocab {_t(model['vocab'])}, "
+        return (f"GPT: {counted(model['layers'], 'layer')}, dim {_t(model['dim'])}, "
+                f"{counted(model['heads'], 'head')}, vocab {_t(model['vocab'])}, "
                 f"{_t(model['attention'])} attention{params}")
     return f"{model['kind']} (the training loop's own model){params}"
 
