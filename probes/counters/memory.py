@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import math
 import time
+from collections import deque
 from typing import NamedTuple
 
 import torch
@@ -97,6 +99,7 @@ class MemoryReading(NamedTuple):
     inactive_split_bytes: int | None = None  # CUDA: cached free memory inside split blocks
     alloc_retries: int | None = None  # CUDA: cudaMalloc retries after a cache flush
     ooms: int | None = None  # CUDA: out-of-memory errors raised
+    heap_fresh: bool = True  # CPU: False when allocated/reserved repeat an earlier heap read
 
 
 # CPU: the mid-step heap read (end of forward: the activations' peak) is taken while one heap
@@ -109,6 +112,26 @@ class MemoryReading(NamedTuple):
 MID_STEP_BUDGET = 0.002
 MID_STEP_FIRST = 3
 MID_STEP_EVERY = 16
+# CPU: the end-of-step heap read itself, when one costs more than HEAP_READ_BUDGET of the step
+# and more than HEAP_READ_FLOOR_S (a healthy heap's read, 1-100 µs, is always taken), is taken
+# every k-th step, k the fewest that keeps it within the budget, at most HEAP_READ_MAX_EVERY;
+# the steps between repeat the last reading (``heap_fresh`` False: the leak watch takes them as
+# no point, not as a gap) and take no mid-step read. A heap that a leak fragments makes
+# mallinfo2 slow: ~30 ms a read on memtop's graph demo after 3,000 steps of a 5 ms step, which
+# slowed that run ~8x (benchmarks/RESULTS.md, issue 28).
+HEAP_READ_BUDGET = 0.01
+HEAP_READ_FLOOR_S = 0.002
+HEAP_READ_MAX_EVERY = 16
+
+
+def heap_read_every(read_s: float, step_s: float) -> int:
+    """Every how many steps the end-of-step heap read is taken: 1 while one read costs at most
+    HEAP_READ_FLOOR_S or HEAP_READ_BUDGET of the step, else the fewest steps that bring it
+    within that budget (at most HEAP_READ_MAX_EVERY)."""
+    budget_s = max(HEAP_READ_FLOOR_S, HEAP_READ_BUDGET * step_s)
+    if read_s <= budget_s:
+        return 1
+    return min(HEAP_READ_MAX_EVERY, math.ceil(read_s / budget_s))
 
 
 class MemoryProbe:
@@ -129,6 +152,13 @@ class MemoryProbe:
         self._began_s = 0.0  # CPU: perf_counter at the step's start
         self._step_s = 0.0  # CPU: the last step's span, begin_step to read
         self._heap_read_s = 0.0  # CPU: what the last end-of-step heap read took
+        self._heap_every = 1  # CPU: the end-of-step heap read is taken every this many steps
+        # CPU: the last reads' costs; the cheapest rules (a read the scheduler interrupted is
+        # slow once, a fragmented heap's read is slow every time)
+        self._read_costs: deque[float] = deque(maxlen=4)
+        self._heap_since = 0  # CPU: steps since it was last taken
+        self._last_heap: tuple[int, int] | None = None
+        self.heap_reads_skipped = 0  # CPU: end-of-step heap reads left out (budget) so far
         self.mid_step_reads = 0  # CPU: mid-step heap reads taken / skipped (budget) so far
         self.mid_step_skipped = 0
 
@@ -168,8 +198,9 @@ class MemoryProbe:
         ``MID_STEP_EVERY``-th step."""
         if self.is_cuda:
             return  # the CUDA allocator keeps a true high-water mark itself
-        if budgeted and self._heap_read_s > MID_STEP_BUDGET * self._step_s \
-                and self._since_reset > MID_STEP_FIRST and self._steps % MID_STEP_EVERY:
+        if budgeted and (self._heap_every > 1 or (
+                self._heap_read_s > MID_STEP_BUDGET * self._step_s
+                and self._since_reset > MID_STEP_FIRST and self._steps % MID_STEP_EVERY)):
             self.mid_step_skipped += 1
             return
         self.mid_step_reads += 1
@@ -199,16 +230,25 @@ class MemoryProbe:
                                  inactive_split_bytes=st.inactive_split_bytes,
                                  alloc_retries=st.alloc_retries, ooms=st.ooms)
         t0 = time.perf_counter()
-        heap = heap_counters()
-        t1 = time.perf_counter()
-        self._heap_read_s, self._step_s = t1 - t0, t0 - self._began_s
+        self._heap_since += 1
+        fresh = self._heap_since >= self._heap_every or self._last_heap is None
+        if fresh:
+            heap = heap_counters()
+            t1 = time.perf_counter()
+            self._heap_read_s, self._step_s = t1 - t0, t0 - self._began_s
+            self._read_costs.append(self._heap_read_s)
+            self._heap_every = heap_read_every(min(self._read_costs), self._step_s)
+            self._heap_since, self._last_heap = 0, heap
+        else:
+            heap = self._last_heap
+            self.heap_reads_skipped += 1
         if heap is None:
             return MemoryReading(None, None, None, rss)
         allocated, reserved = heap
         if self._step_peak is None or allocated > self._step_peak:
             self._step_peak = allocated
         return MemoryReading(allocated, reserved, self._fold(self._step_peak, count_peak), rss,
-                             step_peak_allocated_bytes=self._step_peak)
+                             step_peak_allocated_bytes=self._step_peak, heap_fresh=fresh)
 
     def close(self) -> None:
         self._rss.close()

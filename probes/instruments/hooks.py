@@ -64,6 +64,7 @@ class StepTensors:
     output: torch.Tensor | None  # the model's output (logits for a language model), if given
     synced: bool = True  # the end-of-step read waited for the device (a CUDA tensor was read)
     output_bytes: int | None = None  # the output's size, kept when the tensors are not
+    heap_fresh: bool = True  # CPU: the row's heap counters were read this step (memory.py)
 
 
 class StepHook:

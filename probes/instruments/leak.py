@@ -321,7 +321,9 @@ class LeakWatch(StepHook):
             self._gap()  # paused: the next delta starts after the pause
         values = {"device_allocated": sample.allocated_bytes, "host_heap": sample.allocated_bytes,
                   "host_rss": sample.host_rss_bytes}
-        if self._is_cuda:
+        if not tensors.heap_fresh:  # CPU: the row repeats an earlier heap read (its cost)
+            values["host_heap"] = _NOT_READ
+        elif self._is_cuda:
             if step % self.host_heap_every == 0:
                 heap = heap_counters()
                 values["host_heap"] = heap[0] if heap else None

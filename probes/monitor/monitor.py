@@ -341,11 +341,13 @@ class Monitor:
         out = v.output
         out_bytes = out.numel() * out.element_size() if isinstance(out, torch.Tensor) else None
         # the row and the batched hooks' view of the step (no tensors held: they run late)
-        self.recorder.publish_soon(sample, StepTensors(None, None, synced, out_bytes)
+        self.recorder.publish_soon(sample, StepTensors(None, None, synced, out_bytes,
+                                                       reading.heap_fresh)
                                    if self._batched_hooks else None)
         if self._end_hooks:
             tensors = StepTensors(loss=v.loss if isinstance(v.loss, torch.Tensor) else None,
-                                  output=out, synced=synced, output_bytes=out_bytes)
+                                  output=out, synced=synced, output_bytes=out_bytes,
+                                  heap_fresh=reading.heap_fresh)
             for hook in self._end_hooks:
                 hook.end_step(step, tensors, sample)
         self.session.step = step

@@ -354,3 +354,25 @@ def test_on_cuda_the_host_heap_is_read_every_kth_step_only(tmp_path):
     assert host._seen == 4 and [s for s, _v in host._points] == [10, 20, 30, 40]
     with pytest.raises(ValueError, match="host_heap_every"):
         LeakWatch(host_heap_every=0)
+
+
+def test_on_cpu_rows_that_repeat_a_spread_heap_read_are_no_points(tmp_path):
+    """A fragmented heap's read spread over steps (probes/counters/memory.py): the rows that
+    repeat an earlier reading are neither points nor gaps, so the leak still shows its rate."""
+    from probes.instruments.hooks import StepTensors
+
+    events: list[Event] = []
+    watch = LeakWatch()
+    watch.setup(run_context(tmp_path, emit=events.append, warmup_steps=0))
+    heap = 0
+    for step in range(1, 200):
+        fresh = step % 8 == 0
+        if fresh:
+            heap = 100 * MIB + step * 200 * 1024  # 200 KiB a step, seen every 8th step
+        watch.end_step(step, StepTensors(loss=None, output=None, heap_fresh=fresh),
+                       make_sample(step, step_ms=5.0, allocated_bytes=heap or 100 * MIB,
+                                   host_rss_bytes=400 * MIB, time_s=0.005 * step))
+    (detector,) = watch.detectors.values()
+    assert [s for s, _v in detector._points][-3:] == [176, 184, 192]
+    alert = next(e for e in events if e.event == "leak_suspected")
+    assert alert.data["bytes_per_step"] == pytest.approx(200 * 1024, rel=0.05)

@@ -100,6 +100,51 @@ def test_the_mid_step_heap_read_is_skipped_where_it_costs_over_its_budget():
     assert probe.mid_step_reads == first + 2
 
 
+def test_the_heap_read_is_spread_over_steps_only_where_it_costs_over_its_budget():
+    """A fragmented heap (a leak's): mallinfo2 walks every free chunk, ~30 ms a read on the
+    graph demo's 5 ms step; a healthy heap's read (1-100 µs) is always taken."""
+    from probes.counters.memory import HEAP_READ_MAX_EVERY, heap_read_every
+
+    assert heap_read_every(100e-6, 0.005) == 1  # under the floor: every step
+    assert heap_read_every(3e-3, 1.0) == 1  # 0.3% of a 1 s step
+    assert heap_read_every(3e-3, 0.1) == 2  # over the 2 ms floor and 1% of a 100 ms step
+    assert heap_read_every(30e-3, 0.005) == 15  # the graph demo: 2 ms a step, not 30
+    assert heap_read_every(1.0, 0.005) == HEAP_READ_MAX_EVERY  # a row at least every 16 steps
+
+
+def test_a_spread_heap_read_repeats_the_last_reading_and_says_so(monkeypatch):
+    """With no floor, a step of microseconds makes any heap read over its budget: the rows
+    between two reads repeat the last one (heap_fresh False), never older than
+    HEAP_READ_MAX_EVERY steps, and take no mid-step read."""
+    from probes.counters import memory
+
+    monkeypatch.setattr(memory, "HEAP_READ_FLOOR_S", 0.0)
+    probe = MemoryProbe(torch.device("cpu"))
+
+    def work():
+        readings = []
+        for _ in range(4 * memory.HEAP_READ_MAX_EVERY):
+            probe.begin_step()
+            probe.observe_peak(budgeted=True)
+            readings.append(probe.read())
+        return readings
+
+    readings = in_thread(work)
+    fresh_at = [i for i, r in enumerate(readings) if r.heap_fresh]
+    assert fresh_at[0] == 0 and len(fresh_at) < len(readings)
+    ends = [*fresh_at[1:], len(readings)]
+    assert max(b - a for a, b in zip(fresh_at, ends, strict=True)) <= memory.HEAP_READ_MAX_EVERY
+    last = None
+    for r in readings:
+        if r.heap_fresh:
+            last = r
+        else:
+            assert (r.allocated_bytes, r.reserved_bytes) == \
+                (last.allocated_bytes, last.reserved_bytes)
+    assert probe.heap_reads_skipped == len(readings) - len(fresh_at)
+    assert probe.mid_step_skipped >= len(readings) - len(fresh_at) - memory.MID_STEP_FIRST
+
+
 def test_heap_counters_are_available_on_glibc():
     in_use, held = heap_counters()
     assert 0 < in_use <= held + 1  # in use never exceeds what malloc holds
