@@ -23,6 +23,19 @@ for _name, _value in {**QUIET_LOGS, **ONE_THREAD}.items():  # before any test im
     os.environ.setdefault(_name, _value)
 
 
+@pytest.fixture(autouse=True)
+def heap_read_every_step(monkeypatch):
+    """The heap is read every step in the suite's own processes, as on a healthy heap: a
+    worker that has run hundreds of tests fragments its own heap until one mallinfo2 walk is
+    over the read's budget (probes/counters/memory.py), and the leak tests' step counts would
+    then depend on which tests ran before in that worker (CI saw a leak alert miss its 24
+    steps). The spreading itself is tested with its own floor (test_probes.py, test_leak.py);
+    processes a test starts run the real rule."""
+    from probes.counters import memory
+
+    monkeypatch.setattr(memory, "HEAP_READ_FLOOR_S", float("inf"))
+
+
 @pytest.fixture
 def tiny_config(tmp_path):
     """A factory for a TrainConfig small enough for ~5 ms steps, writing runs under tmp_path."""

@@ -124,11 +124,11 @@ HEAP_READ_FLOOR_S = 0.002
 HEAP_READ_MAX_EVERY = 16
 
 
-def heap_read_every(read_s: float, step_s: float) -> int:
+def heap_read_every(read_s: float, step_s: float, floor_s: float = HEAP_READ_FLOOR_S) -> int:
     """Every how many steps the end-of-step heap read is taken: 1 while one read costs at most
     HEAP_READ_FLOOR_S or HEAP_READ_BUDGET of the step, else the fewest steps that bring it
     within that budget (at most HEAP_READ_MAX_EVERY)."""
-    budget_s = max(HEAP_READ_FLOOR_S, HEAP_READ_BUDGET * step_s)
+    budget_s = max(floor_s, HEAP_READ_BUDGET * step_s)
     if read_s <= budget_s:
         return 1
     return min(HEAP_READ_MAX_EVERY, math.ceil(read_s / budget_s))
@@ -237,7 +237,8 @@ class MemoryProbe:
             t1 = time.perf_counter()
             self._heap_read_s, self._step_s = t1 - t0, t0 - self._began_s
             self._read_costs.append(self._heap_read_s)
-            self._heap_every = heap_read_every(min(self._read_costs), self._step_s)
+            self._heap_every = heap_read_every(min(self._read_costs), self._step_s,
+                                               HEAP_READ_FLOOR_S)
             self._heap_since, self._last_heap = 0, heap
         else:
             heap = self._last_heap

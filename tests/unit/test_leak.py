@@ -212,12 +212,7 @@ def train(config, hooks, control: RunControl | None = None):
 
 @pytest.mark.parametrize("kind,sized,within", [("graph", GRAPH_SIZED, 10),
                                                ("logits", LOGITS_SIZED, 5)])
-def test_real_leak_is_caught_and_cleared_in_time(tiny_config, kind, sized, within, monkeypatch):
-    # the heap read every step, as on a healthy heap: a suite's long-lived worker can fragment
-    # its own heap past the read's budget (spread reads: test_probes.py, the test at the end)
-    from probes.counters import memory
-
-    monkeypatch.setattr(memory, "HEAP_READ_FLOOR_S", float("inf"))
+def test_real_leak_is_caught_and_cleared_in_time(tiny_config, kind, sized, within):
     cfg = tiny_config(leak=kind, leak_at=20, leak_stop_at=40, steps=62, **sized)
     watch = LeakWatch()
     trainer, sink = train(cfg, [watch])
