@@ -90,17 +90,11 @@ def step_time_growth(step_times: list[tuple[int, float]]) -> float:
         xs.append(statistics.median(s for s, _ in block))
         ys.append(statistics.median(t for _, t in block))
     n = len(xs)
-    sign_sum, slopes = 0, []
-    for i in range(n):
-        for j in range(i + 1, n):
-            rise = ys[j] - ys[i]
-            sign_sum += (rise > 0) - (rise < 0)
-            if xs[j] != xs[i]:
-                slopes.append(rise / (xs[j] - xs[i]))
+    sign_sum = sum((ys[j] > ys[i]) - (ys[j] < ys[i]) for i in range(n) for j in range(i + 1, n))
     z = (sign_sum - 1) / math.sqrt(n * (n - 1) * (2 * n + 5) / 18)  # ties ignored: fewer rises
-    if z < TREND_MIN_Z or not slopes:
+    if z < TREND_MIN_Z:
         return 0.0
-    return max(0.0, statistics.median(slopes))
+    return max(0.0, theil_sen_slope(xs, ys))
 
 
 def filling_counter(device_type: str, limit_bytes: int | None, *, rss_bytes: int | None,
