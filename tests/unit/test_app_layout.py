@@ -8,6 +8,7 @@ from factories import TOP_OPS, make_sample, wait_for
 from textual.widgets import DataTable
 
 from probes.records import Event
+from tests.unit.test_culprit_box import TENSORS
 from tui.widgets.memory_chart import REF_CELLS
 
 
@@ -146,3 +147,41 @@ async def test_top_op_names_keep_their_room_at_every_size(make_app, size):
         if shown < len(app.ops_table.columns):
             assert f"+{len(app.ops_table.columns) - shown} col" in app.ops_table.border_title
         await pilot.press("q")
+
+
+LEDGER_LINES = ["parameters", "gradients", "optimizer state", "autocast weight copies",
+                "saved activations", "runtime heap at start", "other / temporaries",
+                "malloc free"]
+
+
+@pytest.mark.parametrize("size", [(100, 30), (120, 40)])
+async def test_top_ops_and_ledger_share_a_short_side_column(make_app, size):
+    """A new user at 100×30 with a leak banner and a culprit box up: the ledger took the whole
+    side column, top ops kept no row and the ledger lost its bottom border. Now top ops keeps
+    its placeholder's lines and the ledger its border; on a tall column the ledger gets all
+    its lines and no more, the rest goes to top ops."""
+    app = make_app(autostart=False)
+    async with app.run_test(size=size) as pilot:
+        app.ring.push(Event("ledger", 40, 2.0, {
+            "lines": [{"name": name, "measured_bytes": 3 * 1024**2, "predicted_bytes": None,
+                       "formula": "", "note": ""} for name in LEDGER_LINES],
+            "total_measured_bytes": 3 * 1024**2, "allocated_bytes": 100 * 1024**2,
+            "reserved_bytes": 120 * 1024**2, "sampled_step": 40}))
+        app.ring.push(Event("leak_suspected", 60, 3.0, {
+            "counter": "host_heap", "bytes_per_step": 153600, "since_step": 41,
+            "hint": "a retained autograd graph, likely: " + "many small objects " * 30}))
+        app.ring.push(Event("leak_culprit", 62, 3.2, {"steps": 3, "culprits": [TENSORS] * 3}))
+        await wait_for(pilot, lambda: app.culprit_box.has_class("-shown")
+                       and app.ledger.data is not None, "banner, culprit box and ledger")
+        await pilot.pause()
+        side, ops, ledger = (app.query_one("#side").region, app.ops_table.region,
+                             app.ledger.region)
+        assert ops.height >= 4 and ops.bottom == ledger.y
+        assert ledger.bottom <= side.bottom  # its bottom border is on screen
+        border_row = app.screen.get_widget_at(ledger.x, ledger.bottom - 1)[0]
+        assert border_row is app.ledger
+        lines = app.ledger.text.count("\n") + 1
+        if size == (120, 40):  # room for every line: all of them, and top ops has the rest
+            assert ledger.height == lines + 2 and ops.height == side.height - ledger.height
+        else:
+            assert ledger.height < lines + 2

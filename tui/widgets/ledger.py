@@ -36,12 +36,13 @@ def ledger_table_text(data: dict[str, Any], width: int) -> str:
 class LedgerPane(Vertical):
     DEFAULT_CSS = """
     LedgerPane {
-        height: auto;
+        height: 3fr;  /* shares a short column with top ops; its lines + border at most */
         max-height: 14;
         width: 1fr;
         border: round $primary-background-lighten-2;
     }
     LedgerPane > Static { height: auto; width: 1fr; padding: 0 1; }
+    LedgerPane.-empty { height: auto; }
     LedgerPane.-empty > Static { color: $text-muted; }
     """
 
@@ -83,3 +84,5 @@ class LedgerPane(Vertical):
         if text != self._text:
             self._text = text
             self._body.update(text)
+            # no taller than its lines and border: the rest of a tall column goes to top ops
+            self.styles.max_height = text.count("\n") + 3

@@ -33,6 +33,7 @@ class TopOpsTable(Vertical):
     DEFAULT_CSS = """
     TopOpsTable {
         height: 1fr;
+        min-height: 4;  /* its placeholder's two lines beside a leak banner and culprit box */
         width: 1fr;
         border: round $primary-background-lighten-2;
         border-title-color: $text;
