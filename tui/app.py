@@ -76,6 +76,7 @@ class MemtopApp(LiveEvents, StatusBars, RanksView, AppActions, NoticeLog, App[in
         Binding("p", "profile", "profile"),
         Binding("l", "leak", "leak"),
         Binding("space", "pause", "pause"),
+        Binding("space", "resume", "resume"),  # one of the two is shown (tui/key_roles.py)
         Binding("r", "report", "report"),
         Binding("s", "screenshot", "svg"),
         Binding("o", "sort", "sort"),
@@ -317,8 +318,9 @@ class MemtopApp(LiveEvents, StatusBars, RanksView, AppActions, NoticeLog, App[in
         """When the run ends (or a viewer learns it is one), the footer drops the keys that
         can no longer do anything, and top ops stops offering p (tui/key_roles.py)."""
         role = key_role(self)
-        if role != getattr(self, "_key_role", None):
-            self._key_role = role
+        keys = (role, self.want_paused)
+        if keys != getattr(self, "_footer_keys", None):
+            self._footer_keys = keys
             self.refresh_bindings()
             if role == ENDED and not self.ops_table.ops:
                 self.ops_table.set_note("no profiler window in this run (it has ended)")

@@ -103,11 +103,14 @@ class AppActions:
     def action_pause(self: Any) -> None:
         if self._run_over():
             return
-        paused = self.run_state.state == "paused" if self._pause_pending is None else \
-            self._pause_pending == "pause"
-        self._pause_pending = "resume" if paused else "pause"
+        self._pause_pending = "resume" if self.want_paused else "pause"
         self.send(self._pause_pending)
         self.update_header()
+        self._check_role()  # the footer's space now says the other word
+
+    def action_resume(self: Any) -> None:
+        """space while paused: the footer says "resume" (tui/key_roles.py); the same toggle."""
+        self.action_pause()
 
     def action_snapshot(self: Any) -> None:
         """`m`: a CUDA memory snapshot into the run folder, written by the training thread at
@@ -164,7 +167,7 @@ class AppActions:
 
     def check_action(self: Any, action: str, parameters: tuple[object, ...]) -> bool | None:
         """The footer offers only the keys this dashboard's role can use (tui/key_roles.py)."""
-        return action_shown(action, key_role(self))
+        return action_shown(action, key_role(self), self.want_paused)
 
     def action_help(self: Any) -> None:
         """One HelpScreen per app, re-pushed (rebuilt only when what it says changed): an open

@@ -8,10 +8,12 @@ from __future__ import annotations
 from typing import Any
 
 TRAIN, VIEW, ENDED = "train", "view", "ended"
-STEERING = ("profile", "leak", "pause", "stop_run")  # actions that need a live run
+# actions that need a live run (its training thread acts on them at a step boundary)
+STEERING = ("profile", "leak", "pause", "resume", "stop_run", "who_holds", "snapshot")
+STEERING_KEYS = ("p", "l", "space", "w", "m")  # their keys in the help's lines
 VIEW_QUIT = "leave the viewer; the run goes on (x stops it)"
 VIEW_STOP = ("x", "stop the run itself at its next step boundary (asks first)")
-ENDED_QUIT = "quit (the run has ended: nothing to profile, leak or pause)"
+ENDED_QUIT = "quit (the run has ended: nothing to profile, leak, pause or look into)"
 
 
 def key_role(app: Any) -> str:
@@ -24,10 +26,13 @@ def key_role(app: Any) -> str:
     return TRAIN
 
 
-def action_shown(action: str, role: str) -> bool:
-    """Whether the footer shows (and the app runs) ``action`` in ``role``."""
+def action_shown(action: str, role: str, paused: bool = False) -> bool:
+    """Whether the footer shows (and the app runs) ``action`` in ``role``; ``paused``: the
+    run is paused or about to be (space then says "resume", not "pause")."""
     if role == ENDED:
         return action not in STEERING
+    if action in ("pause", "resume"):
+        return (action == "resume") == paused
     if action == "stop_run":
         return role == VIEW
     return True
@@ -37,7 +42,7 @@ def keys_for(keys: tuple[tuple[str, str], ...], role: str) -> tuple[tuple[str, s
     """The help's key lines for ``role``, from the training dashboard's ``keys``."""
     out: list[tuple[str, str]] = []
     for key, text in keys:
-        if role == ENDED and key in ("p", "l", "space"):
+        if role == ENDED and key in STEERING_KEYS:
             continue
         if key == "q":
             if role == VIEW:

@@ -25,11 +25,15 @@ class StatusBars:
             now = self.last_sample.time_s if self.last_sample else st.time_s
         return st.run_clock(now)
 
+    @property
+    def want_paused(self: Any) -> bool:
+        """The run is paused or a pause was asked for (and no resume since)."""
+        return self._pause_pending == "pause" or (
+            self.run_state.state == "paused" and self._pause_pending != "resume")
+
     def update_header(self: Any) -> None:
         st = self.run_state
-        want_paused = self._pause_pending == "pause" or (
-            st.state == "paused" and self._pause_pending != "resume")
-        state = state_text(st.state, st.profile_phase, want_paused, self._quitting)
+        state = state_text(st.state, st.profile_phase, self.want_paused, self._quitting)
         batch, seq = self.config.get("batch_size"), self.config.get("seq_len")
         switches = None
         if self.is_infer:

@@ -11,7 +11,10 @@ import re
 
 import pytest
 from factories import wait_for
+from textual.widgets._footer import FooterKey
 from textual.widgets._toast import Toast
+
+from tui.widgets.footer import MemtopFooter
 
 SIZES = [(80, 24), (120, 40)]
 
@@ -37,6 +40,10 @@ def _clock(header: str) -> str:
         r"\d+:\d\d(:\d\d)?", part.strip()))
 
 
+def footer_words(footer: MemtopFooter) -> list[str]:
+    return [key.description for key in footer.query(FooterKey)]
+
+
 @pytest.mark.parametrize("size", SIZES)
 async def test_the_header_clock_holds_while_paused(make_app, size):
     app = make_app()
@@ -47,6 +54,10 @@ async def test_the_header_clock_holds_while_paused(make_app, size):
         await wait_for(pilot, lambda: "PAUSED" in app.header_bar.text
                        and app.run_state.paused_at is not None, "PAUSED in the header")
         held = _clock(app.header_bar.text)
+        # the footer's space says what it will do now
+        footer = app.query_one(MemtopFooter)
+        await wait_for(pilot, lambda: "resume" in footer_words(footer), "space: resume")
+        assert "pause" not in footer_words(footer)
         wall = app.trainer.elapsed_s()
         await wait_for(pilot, lambda: app.trainer.elapsed_s() > wall + 2.5,
                        "the run's wall clock two seconds on")
@@ -57,6 +68,7 @@ async def test_the_header_clock_holds_while_paused(make_app, size):
         await pilot.press("space")
         await wait_for(pilot, lambda: app.run_state.paused_at is None
                        and "RUNNING" in app.header_bar.text, "resumed")
+        await wait_for(pilot, lambda: "pause" in footer_words(footer), "space: pause again")
         # running again: the clock goes on from where it held, the pause left out
         assert app.elapsed_s() < app.trainer.elapsed_s() - 2.0
         await pilot.press("q")

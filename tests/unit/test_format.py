@@ -252,8 +252,13 @@ def test_key_roles_offer_only_keys_that_do_something():
     assert "x" not in keys(TRAIN) and not action_shown("stop_run", TRAIN)
     assert "goes on" in keys(VIEW)["q"] and "x" in keys(VIEW) and action_shown("stop_run", VIEW)
     ended = keys(ENDED)
-    assert not {"p", "l", "space", "x"} & set(ended) and "ended" in ended["q"]
+    assert not {"p", "l", "space", "x", "w", "m"} & set(ended) and "ended" in ended["q"]
     assert not action_shown("profile", ENDED) and action_shown("report", ENDED)
+    assert not action_shown("who_holds", ENDED)  # a finished run has no one to look
+    # space says what it will do: "pause" while running, "resume" while paused
+    assert action_shown("pause", TRAIN) and not action_shown("resume", TRAIN)
+    assert action_shown("resume", VIEW, paused=True) and not action_shown("pause", VIEW, True)
+    assert not action_shown("resume", ENDED, paused=True)
 
 
 def test_headless_step_lines_fit_80_columns_at_their_widest():

@@ -140,9 +140,9 @@ async def test_viewer_opens_a_finished_run_on_its_final_state(tiny_config):
         assert {R.WEIGHTS_SAVED, R.RUN_FINISHED} <= replayed
         # the past gets no default toasts (tui/live_events.py): they would say "just now"
         assert not any(n.title in ("weights saved", "run finished") for n in app.notices)
-        # nothing to steer: the footer offers no p / l / space / x, the help says why
+        # nothing to steer: the footer offers no p / l / space / x / w, the help says why
         await wait_for(pilot, lambda: "p" not in app.active_bindings, "p leaves the footer")
-        assert not {"l", "space", "x"} & set(app.active_bindings)
+        assert not {"l", "space", "x", "w"} & set(app.active_bindings)
         assert "?" in app.active_bindings or "question_mark" in app.active_bindings
         await pilot.press("question_mark")
         await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen), "the help")

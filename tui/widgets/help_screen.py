@@ -44,7 +44,7 @@ KEYS = (
 
 def keys_markup(role: str = TRAIN) -> str:
     """The keys as aligned lines (a rich Table would be re-rendered by every layout pass);
-    ``role`` (tui/key_roles.py): a viewer's q leaves, an ended run offers no p / l / space."""
+    ``role`` (tui/key_roles.py): a viewer's q leaves, an ended run offers no p, l, space, w, m."""
     keys = keys_for(KEYS, role)
     width = max(len(key) for key, _ in keys) + 2
     return "\n".join(f"[b]{key}[/b]{' ' * (width - len(key))}{text}" for key, text in keys)
