@@ -20,13 +20,7 @@ from tui.format import fit
 
 # ---- leak alerts ----------------------------------------------------------------------------
 
-COUNTER_LABELS = {
-    "device_allocated": "device allocated",
-    "host_heap": "host heap in use (mallinfo2)",
-    "host_rss": "host RSS",
-}
-_COUNTER_SHORT = {"device_allocated": "device allocated", "host_heap": "host heap",
-                  "host_rss": "host RSS"}
+COUNTER_LABELS, _COUNTER_SHORT = R.LEAK_COUNTER_NAMES, R.LEAK_COUNTER_SHORT
 
 
 def leak_alert_line(data: dict[str, Any], step: int, compact: bool = False) -> str:

@@ -70,9 +70,12 @@ from probes.records.hints import (  # noqa: F401
 from probes.records.names import (  # noqa: F401
     CACHE_LINE,
     COUNTER_NAMES,
+    LEAK_COUNTER_NAMES,
+    LEAK_COUNTER_SHORT,
     LEDGER_MOMENT,
     PANE_MOMENT,
     counter_name,
+    peak_name,
 )
 from probes.records.step import (  # noqa: F401
     DECODE,
@@ -110,6 +113,9 @@ __all__ = [
     "LEDGER_MOMENT",
     "PANE_MOMENT",
     "counter_name",
+    "peak_name",
+    "LEAK_COUNTER_NAMES",
+    "LEAK_COUNTER_SHORT",
     "counts_toward_peak",
     "finite_num",
     "has_type",

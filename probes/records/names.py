@@ -13,6 +13,12 @@ COUNTER_NAMES: dict[str, dict[str, str]] = {
     "peak": {"cpu": "heap peak", "cuda": "peak"},
     "driver": {"cpu": "RSS", "cuda": "NVML used"},
 }
+# what a leak alert's ``counter`` field names (probes/instruments/leak.py), in words; short:
+# where the alert must fit one 80-column line
+LEAK_COUNTER_NAMES = {"device_allocated": "device allocated",
+                      "host_heap": "host heap in use (mallinfo2)", "host_rss": "host RSS"}
+LEAK_COUNTER_SHORT = {"device_allocated": "device allocated", "host_heap": "host heap",
+                      "host_rss": "host RSS"}
 # what the ledger's last line (reserved − allocated) is on each device: glibc has no cache
 CACHE_LINE = {"cpu": "malloc free", "cuda": "allocator cache"}
 # when each reading is taken, said beside it where two moments meet
@@ -26,3 +32,11 @@ def counter_name(pane_id: str, device_type: str) -> str:
     if names is None:
         return pane_id
     return names["cuda" if str(device_type).startswith("cuda") else "cpu"]
+
+
+def peak_name(pane_id: str, *device_types: str) -> str:
+    """The name of a counter's peak in a table of runs on ``device_types`` ("peak heap used"
+    on CPU, "peak allocated" on CUDA; both, CUDA's first, where the runs differ)."""
+    names = dict.fromkeys(counter_name(pane_id, d) for d in sorted(
+        set(device_types) or {"cpu"}, key=lambda d: not str(d).startswith("cuda")))
+    return "peak " + " / ".join(names)

@@ -67,6 +67,7 @@ def test_compare_writes_files_and_names_the_change(tmp_path, capsys):
     assert c["tokens_per_s"]["measurable"] and c["tokens_per_s"]["ratio"] == pytest.approx(2, 0.1)
     assert c["precision_check"]["agreement"]["agree"] is True
     assert (tmp_path / "out" / "compare.md").read_text().startswith("# memtop compare")
+    assert "| peak heap used " in out and "peak allocated" not in out  # two CPU runs
 
 
 def test_two_changes_warn(tmp_path, capsys):

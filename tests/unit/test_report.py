@@ -82,6 +82,11 @@ def test_every_run_ends_with_a_report_consistent_with_metrics(finished_run):
         assert heading in md
     assert "| metric" in md and "| saved activations" in md
     assert "GPT: 1 layer, dim 32, 2 heads," in md  # the tiny run's shape, in words
+    # a CPU run's peaks under the panes' names for them (probes/records/names.py), not CUDA's
+    for name in ("peak heap used", "peak heap held", "peak RSS"):
+        assert f"| {name} " in md
+    assert "peak allocated" not in md and "driver-level peak" not in md
+    assert "MiB heap used at the end of forward" in report["finding"]
 
 
 def test_percentile_is_numpy_linear():
@@ -91,9 +96,13 @@ def test_percentile_is_numpy_linear():
     assert percentile([], 50) is None
 
 
-def test_report_again_replaces_only_derived_files(finished_run, tmp_path):
+def test_report_again_replaces_only_derived_files(finished_run, tmp_path, capsys):
     run_dir = copy_run(finished_run, tmp_path / "again")
     before = run_digests(run_dir)
+    assert cli_main(["report", str(run_dir)]) == 0
+    out = capsys.readouterr().out.splitlines()  # where the report is, then what it found
+    assert out[0].startswith("memtop: report ") and out[1].startswith("  The run ended")
+    assert all(len(line) <= 100 for line in out[1:])  # wrapped to the terminal, at most 100
     first = write_report(run_dir)
     second = write_report(run_dir)
     assert first == second == run_dir / "report.md"
@@ -138,6 +147,7 @@ def test_mfu_on_a_known_gpu_and_a_failed_run(tmp_path):
     write_report(run_dir)
     md = (run_dir / "report.md").read_text()
     assert "## Errors" in md and re.search(r"\| cudaMalloc retries \/ OOMs +\| +1 \/ 0 \|", md)
+    assert re.search(r"\| peak allocated +\| +1006 B \|", md) and "| peak NVML used " in md
 
 
 @pytest.mark.parametrize(("name", "figure"), [
@@ -232,3 +242,12 @@ def test_runs_and_the_report_say_the_same_throughput(finished_run):
     assert summarize_run(finished_run, ping=False).throughput == pytest.approx(p50)
     steps, _ = metrics_rows(finished_run)
     assert throughput_p50(steps, report["warmup_steps"]) == (pytest.approx(p50), "tok/s")
+
+
+def test_a_leak_in_the_finding_names_its_counter_in_words(tmp_path):
+    """The finding said "host_heap grew"; the dashboard's banner says what that counter is."""
+    alert = {"event": "leak_suspected", "step": 4, "time_s": 0.4, "counter": "host_heap",
+             "bytes_per_step": 153600, "since_step": 2}
+    report = build_report(write_junk_run(tmp_path, {}, [alert], ""))
+    assert "host heap in use (mallinfo2) grew 150 KiB/step since step 2" in report["finding"]
+    assert "host_heap" not in report["finding"]

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
+import textwrap
 
 from tui.commands.argtypes import EXIT_USAGE
 
@@ -22,7 +24,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Write the report; print where it is, and why it is incomplete when it is."""
+    """Write the report; print where it is, its finding (what a user over SSH reads first,
+    without opening the file) and why it is incomplete when it is."""
     from probes.analysis.report import ReportError, write_report
 
     try:
@@ -36,6 +39,11 @@ def run(args: argparse.Namespace) -> int:
     print(f"memtop: report {path} (data: {path.with_name('report.json').name})")
     try:
         report = json.loads(path.with_name("report.json").read_text(encoding="utf-8"))
+        finding = report.get("finding")
+        if isinstance(finding, str) and finding:
+            width = max(40, min(shutil.get_terminal_size((80, 24)).columns, 100))
+            print(textwrap.fill(finding, width=width, initial_indent="  ",
+                                subsequent_indent="  "))
         if not report.get("complete", True):
             print("memtop: incomplete run: " + "; ".join(report["incomplete_reasons"]))
     except (OSError, ValueError, KeyError, TypeError):

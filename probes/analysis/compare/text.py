@@ -7,6 +7,7 @@ from typing import Any
 
 from probes.analysis.compare.compare import speed_verdict
 from probes.analysis.compare.phases import phase_lines
+from probes.records.names import peak_name
 from probes.tools.tables import markdown_table
 from probes.tools.units import format_bytes, format_duration, format_ms, format_rate
 
@@ -29,15 +30,16 @@ def run_rows(runs: list[dict[str, Any]]) -> list[str]:
     """One column per run (A first), one row per figure: fits 80 columns for a few runs."""
     tags = [f"{'A' if i == 0 else chr(ord('A') + i)}: {Path(r['run_dir']).name}"
             for i, r in enumerate(runs)]
+    devices = [str(r.get("device") or "cpu") for r in runs]  # the peaks' names follow them
     figures = [
         ("outcome", lambda r: r["outcome"]), ("steps", lambda r: str(r["steps"])),
         ("amp", lambda r: str(r["amp"] or "n/a")),
         ("tokens/s p50 [p25-p75]", lambda r: _band(r["tokens_per_s"], format_rate)),
         ("step time p50 [p25-p75]", lambda r: _band(r["step_ms"], format_ms)),
         ("step time p95", lambda r: format_ms(r["step_ms_p95"])),
-        ("peak allocated", lambda r: format_bytes(r["peak_allocated_bytes"])),
-        ("peak reserved", lambda r: format_bytes(r["peak_reserved_bytes"])),
-        ("driver peak", lambda r: format_bytes(r["driver_peak_bytes"])),
+        *((peak_name(pane, *devices), lambda r, key=key: format_bytes(r[key])) for pane, key in
+          (("allocated", "peak_allocated_bytes"), ("reserved", "peak_reserved_bytes"),
+           ("driver", "driver_peak_bytes"))),
         ("skipped steps", lambda r: str(r["skipped_steps"])),
         ("final loss", lambda r: _loss(r["final_loss"]))]
     return markdown_table(["", *tags],

@@ -37,8 +37,9 @@ def _ledger_sentences(led: dict[str, Any]) -> tuple[list[str], str | None]:
     alloc, explained = led.get("allocated_bytes"), led.get("explained_bytes")
     if isinstance(alloc, int) and alloc > 0 and isinstance(explained, int):
         out.append(f"The ledger explains {explained / alloc:.0%} of the "
-                   f"{format_bytes(alloc)} allocated at the end of forward "
-                   f"({led.get('counter') or 'allocator'}).")
+                   f"{format_bytes(alloc)} "
+                   f"{R.counter_name('allocated', str(led.get('device') or 'cpu'))} at the end "
+                   f"of forward ({led.get('counter') or 'allocator'}).")
     peak = led.get("peak_allocated_bytes")
     if str(led.get("device", "")).startswith("cuda") and isinstance(peak, int) and peak > 0:
         out.append(f"On the GPU the exact lines sum to {format_bytes(total)} against a peak "
@@ -73,7 +74,8 @@ def _leak_sentences(leaks: list[dict[str, Any]], after_s: float | None = None) -
                    f"{incomplete(R.LEAK_SUSPECTED, suspected[0])}.")
     elif suspected:
         e = suspected[0]
-        s = (f"A leak was suspected at step {e.get('step')}: {e.get('counter')} grew "
+        counter = R.LEAK_COUNTER_NAMES.get(str(e.get("counter")), e.get("counter"))
+        s = (f"A leak was suspected at step {e.get('step')}: {counter} grew "
              f"{format_bytes(e.get('bytes_per_step'))}/step since step {e.get('since_step')}")
         fill = R.fill_text(e)
         if fill:

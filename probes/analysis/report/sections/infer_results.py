@@ -8,6 +8,7 @@ from typing import Any
 
 from probes import records as R
 from probes.analysis.report.context import ReportContext
+from probes.analysis.report.sections.results import peak_rows
 from probes.records import finite_num
 from probes.records.names import counter_name
 from probes.tools.kvcache import KV_FORMULA
@@ -194,9 +195,7 @@ def render(section: dict[str, Any], report: dict[str, Any]) -> list[str]:
                                        f"{format_ms(res['decode_ms_p95'], 2)}"],
         ["prefill tokens/s", format_rate(res["prefill_tokens_per_s"])],
         ["decode tokens/s", format_rate(res["decode_tokens_per_s"])],
-        ["peak allocated", format_bytes(res["peak_allocated_bytes"])],
-        ["peak reserved", format_bytes(res["peak_reserved_bytes"])],
-        ["driver-level peak", format_bytes(res["driver_peak_bytes"])],
+        *peak_rows(res),
         ["KV cache at the end (measured)", format_bytes(res["kv_cache_bytes_max"])],
         ["KV cache predicted", format_bytes(res["kv_cache_predicted_bytes_max"])],
         ["KV bytes per token (one sequence)", format_bytes(res["kv_bytes_per_token"])],

@@ -71,6 +71,7 @@ def train_results(config: dict[str, Any], steps: list[dict], started: dict) -> d
         "driver_peak_bytes": _peak(steps, "driver_used_bytes"),
         "host_rss_peak_bytes": _peak(steps, "host_rss_bytes"),
         "peaks_note": PEAKS_NOTE,
+        "device": str(last.get("device") or started.get("device") or ""),
         **_allocator(last, str(started.get("device") or "")),
         "skipped_steps": last.get("skipped_steps") if is_int(last.get("skipped_steps")) else 0,
         "wall_s": finite_num(last.get("time_s")),
@@ -107,6 +108,15 @@ def build(ctx: ReportContext) -> dict[str, Any]:
     return {"results": train_results(ctx.config, ctx.steps, ctx.started)}
 
 
+def peak_rows(res: dict[str, Any]) -> list[list[Any]]:
+    """The three peaks under the names the panes give them on the run's device (CPU: heap
+    used, heap held, RSS; probes/records/names.py)."""
+    device = str(res.get("device") or "")
+    return [[R.peak_name(pane, device), format_bytes(res[key])] for pane, key in (
+        ("allocated", "peak_allocated_bytes"), ("reserved", "peak_reserved_bytes"),
+        ("driver", "driver_peak_bytes"))]
+
+
 def render(section: dict[str, Any], report: dict[str, Any]) -> list[str]:
     res = section["results"]
     rows = [
@@ -118,9 +128,7 @@ def render(section: dict[str, Any], report: dict[str, Any]) -> list[str]:
           if res.get("samples_per_s_p50") is not None else []),
         ["step time p50", format_ms(res["step_ms_p50"])],
         ["step time p95", format_ms(res["step_ms_p95"])],
-        ["peak allocated", format_bytes(res["peak_allocated_bytes"])],
-        ["peak reserved", format_bytes(res["peak_reserved_bytes"])],
-        ["driver-level peak", format_bytes(res["driver_peak_bytes"])],
+        *peak_rows(res),
         ["skipped steps", res["skipped_steps"]],
         ["FLOPs/token", f"{res['flops_per_token']:,}" if res["flops_per_token"] else None],
         ["achieved FLOP/s", format_rate(res["achieved_flops_per_s"], "FLOP/s")],
