@@ -69,6 +69,7 @@ class RunSession:
         self.rank = rank
         self.label = label
         self.step = 0  # the writer's step count: the ping answer and run_finished say it
+        self._heap_step: int | None = None  # the last step whose row read the heap itself
         self.failed_step: int | None = None  # the step whose error row was written
         self.closed = False
         self.device: torch.device | None = None
@@ -178,6 +179,11 @@ class RunSession:
         """``step_sample``'s row as a StepDraft, still open to the writer's last fields (the
         Monitor's step split) before ``freeze_step`` (probes/records/step.py: why)."""
         driver = reading.host_rss_bytes
+        repeats = None  # heap_read_step: the row repeats an earlier step's heap read
+        if reading.heap_fresh:
+            self._heap_step = step
+        else:
+            repeats = self._heap_step
         polled: dict[str, Any] = {}
         if self.nvml is not None:
             latest = self.nvml.latest
@@ -194,7 +200,8 @@ class RunSession:
             samples_per_s=samples_in_step / step_s if samples_in_step else None,
             rank=self.rank or 0,
             step_peak_allocated_bytes=reading.step_peak_allocated_bytes,
-            alloc_retries=reading.alloc_retries, ooms=reading.ooms, **polled, **fields)
+            alloc_retries=reading.alloc_retries, ooms=reading.ooms, heap_read_step=repeats,
+            **polled, **fields)
 
     def record_error(self, step: int, exc: BaseException) -> None:
         """The run's error row, with what explains it on CUDA (memory summary, snapshot)."""

@@ -65,6 +65,10 @@ class StepSample:
     other_ms: float | None = None  # the step's span less the three above (never below 0)
     split_step: int | None = None  # the step these phases measured: this one, or on CUDA an
     # earlier one whose events were not done when this step ended (read later, never synced)
+    # CPU: the earlier step whose heap read allocated/reserved repeat, where this step's read was
+    # left out for its cost (a fragmented heap: probes/counters/memory.py); None when the row's
+    # heap counters are its own (always on CUDA)
+    heap_read_step: int | None = None
     # inference steps only (`memtop infer`); left out of a training row's JSON
     phase: str | None = None  # one of PHASES: "prefill" (the prompt) or "decode" (one token)
     tokens: int | None = None  # tokens this step read (prefill: B × prompt) or made (decode: B)

@@ -11,7 +11,7 @@ from factories import in_thread, make_sample
 
 from probes.counters.memory import MemoryProbe, RssReader, heap_counters
 from probes.counters.nvml import NvmlPoller
-from probes.records import STEP_FIELDS, Event
+from probes.records import STEP_FIELDS, Event, StepSample
 from probes.runfolder import MetricsWriter, create_run_dir, read_metrics
 from probes.tools.ring import Ring
 from probes.tools.units import format_bytes, format_rate, parse_size
@@ -143,6 +143,42 @@ def test_a_spread_heap_read_repeats_the_last_reading_and_says_so(monkeypatch):
                 (last.allocated_bytes, last.reserved_bytes)
     assert probe.heap_reads_skipped == len(readings) - len(fresh_at)
     assert probe.mid_step_skipped >= len(readings) - len(fresh_at) - memory.MID_STEP_FIRST
+
+
+def test_a_row_that_repeats_a_heap_read_names_the_step_it_repeats(monkeypatch, tmp_path):
+    """A Monitor loop whose heap read is spread (no floor): each row either read the heap
+    itself (heap_read_step null) or names the earlier step whose reading it repeats, in
+    metrics.jsonl, so a flat stretch of allocated is not taken for a measured one."""
+    from probes import Monitor
+    from probes.counters import memory
+
+    monkeypatch.setattr(memory, "HEAP_READ_FLOOR_S", 0.0)
+
+    def loop():
+        model = torch.nn.Linear(4, 4)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        with Monitor(model, opt, run_dir=tmp_path, write_report=False) as mon:
+            for _ in range(4 * memory.HEAP_READ_MAX_EVERY):
+                with mon.step() as s:
+                    loss = model(torch.randn(2, 4)).sum()
+                    loss.backward()
+                    opt.step()
+                    opt.zero_grad()
+                    s.set(loss=loss)
+        return mon.run_dir
+
+    rows, _events, bad = read_metrics(in_thread(loop) / "metrics.jsonl")
+    assert bad == 0  # the field keeps the schema's rules (records/step.py step_row_problem)
+    steps = [StepSample.from_json(r) for r in rows]
+    by_step = {r.step: r for r in steps}
+    repeats = [r for r in steps if r.heap_read_step is not None]
+    assert repeats and len(repeats) < len(steps)
+    for row in repeats:
+        read = by_step[row.heap_read_step]
+        assert read.heap_read_step is None and row.step - memory.HEAP_READ_MAX_EVERY <= \
+            read.step < row.step
+        assert (row.allocated_bytes, row.reserved_bytes) == \
+            (read.allocated_bytes, read.reserved_bytes)
 
 
 def test_heap_counters_are_available_on_glibc():
