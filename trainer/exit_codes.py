@@ -9,8 +9,9 @@ EXIT_OK = 0  # finished its steps, or stopped on request (a viewer's x, q, --ste
 EXIT_FAILED = 1  # the training or inference itself failed (an error row is in metrics.jsonl)
 EXIT_USAGE = 2  # bad input: one line on stderr, nothing run
 EXIT_MEMORY_GUARD = 3  # --max-memory stopped the run before the limit (or it was already over)
+EXIT_SIGHUP = 129  # the terminal went away (128 + SIGHUP); every finished step is kept
 EXIT_SIGINT = 130  # Ctrl-C (128 + SIGINT); every finished step is kept
-EXIT_SIGTERM = 143  # SIGTERM or a lost terminal (128 + SIGTERM); every finished step is kept
+EXIT_SIGTERM = 143  # SIGTERM (128 + SIGTERM); every finished step is kept
 
 
 def run_exit_code(state: Any, failed: bool = False) -> int:

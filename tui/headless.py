@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import sys
 import threading
@@ -14,7 +15,7 @@ from probes.control.requests import RunControl
 from probes.records import Event, Record, StepSample
 from probes.tools.units import format_bytes, format_rate
 from trainer.config import TrainConfig
-from trainer.exit_codes import EXIT_FAILED, EXIT_SIGINT, EXIT_SIGTERM
+from trainer.exit_codes import EXIT_FAILED, EXIT_SIGHUP, EXIT_SIGINT, EXIT_SIGTERM
 from tui.output import quiet_stdout
 from tui.panes import throughput, throughput_label
 
@@ -67,7 +68,7 @@ class HeadlessPrinter:
 
 def run_headless(config: TrainConfig, run_dir: Path, log_every: int = 10,
                  out: TextIO | None = None) -> int:
-    """Train in a background thread; Ctrl-C / SIGTERM stop it at a step boundary."""
+    """Train in a background thread; Ctrl-C / SIGTERM / SIGHUP stop it at a step boundary."""
     out = out or sys.stdout
     print(f"memtop: run folder {run_dir}", file=out, flush=True)  # before torch is imported
     from probes.monitor import default_hooks
@@ -82,22 +83,30 @@ def run_headless(config: TrainConfig, run_dir: Path, log_every: int = 10,
 def drive(runner: Any, control: RunControl, run_dir: Path, out: TextIO) -> int:
     """Start ``runner`` (a Trainer or an InferenceRunner: start/join/exit_code/sink_errors) on
     its thread and wait; the first Ctrl-C / SIGTERM stops it at a step boundary, a second one
-    leaves at once. Writes the report at the end. The caller has printed the run folder."""
+    leaves at once. SIGHUP (the terminal went away: a killed tmux pane, a dropped SSH session)
+    stops it the same way, with run_finished "interrupted (terminal lost)", unless the job was
+    started to outlive its terminal (nohup: SIGHUP ignored). Writes the report at the end.
+    The caller has printed the run folder."""
     from tui.finish import finish_run
 
     received: list[int] = []
 
     def on_signal(signum: int, _frame: object) -> None:
         received.append(signum)
-        if len(received) > 1:  # a second Ctrl-C means "now": every finished row is on disk
-            raise KeyboardInterrupt
-        control.stop(f"interrupted ({signal.Signals(signum).name})")
-        print(f"memtop: {signal.Signals(signum).name} received, stopping at the next step "
-              "boundary (again to quit at once)", file=out, flush=True)
+        if len(received) > 1 and signum != signal.SIGHUP:  # a second Ctrl-C means "now":
+            raise KeyboardInterrupt  # every finished row is on disk
+        lost = signum == signal.SIGHUP  # the terminal went away: its writes now fail
+        control.stop("interrupted (terminal lost)" if lost else
+                     f"interrupted ({signal.Signals(signum).name})", urgent=lost)
+        with contextlib.suppress(OSError, ValueError):
+            print(f"memtop: {signal.Signals(signum).name} received, stopping at the next "
+                  "step boundary (again to quit at once)", file=out, flush=True)
 
     previous = {}
     if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            if sig == signal.SIGHUP and signal.getsignal(sig) is signal.SIG_IGN:
+                continue  # nohup: the job is meant to outlive its terminal
             previous[sig] = signal.signal(sig, on_signal)
     try:
         runner.start()
@@ -110,9 +119,10 @@ def drive(runner: Any, control: RunControl, run_dir: Path, out: TextIO) -> int:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    if runner.sink_errors:  # e.g. `| head`: the reader went away, the run carried on
-        quiet_stdout()
+    if runner.sink_errors or signal.SIGHUP in received:  # e.g. `| head`, a closed terminal:
+        quiet_stdout()  # the reader went away, the run carried on (or stopped cleanly)
     if received:
-        return EXIT_SIGINT if received[0] == signal.SIGINT else EXIT_SIGTERM
+        return {signal.SIGINT: EXIT_SIGINT, signal.SIGHUP: EXIT_SIGHUP}.get(received[0],
+                                                                             EXIT_SIGTERM)
     return EXIT_FAILED if runner.exit_code is None else runner.exit_code
 
