@@ -300,6 +300,8 @@ class MemtopApp(LiveEvents, StatusBars, RanksView, AppActions, NoticeLog, App[in
         records = self.source.poll()
         if records:
             self._take(records)
+        elif self.source.liveness_due():
+            self._ping_worker()  # has the run we follow died without its last row?
         for pane in [*self.panes.values(), *self.infer_panes]:
             pane.refresh_view()
         if self.ranks_mode:

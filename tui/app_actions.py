@@ -70,6 +70,12 @@ class AppActions:
         if error:
             self.call_from_thread(self._request_refused, kind, error)
 
+    @work(thread=True, group="ping", exclusive=True, exit_on_error=False)
+    def _ping_worker(self: Any) -> None:
+        """A quiet followed run: ping it (up to ~1 s; a dead one refuses at once). The header
+        and status line say "not live" from the next refresh."""
+        self.source.ping()
+
     def _request_refused(self: Any, kind: str, error: str) -> None:
         self._profile_requested = self._leak_toggling = False
         self._pause_pending = None

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,8 @@ from probes.runfolder import (
 from probes.runfolder.state import RunState
 from probes.tools.ring import Ring
 from trainer.background import BackgroundRun
+
+LIVE_CHECK_S = 2.0  # a followed run that wrote nothing this long is pinged (has it died?)
 
 
 class RunSource:
@@ -65,6 +68,15 @@ class RunSource:
     @property
     def note(self) -> str | None:
         """Something the status line should say about the source itself."""
+        return None
+
+    def liveness_due(self) -> bool:
+        """Whether the app should ``ping`` the run now (off the loop): only a followed run that
+        has gone quiet, whose process may have died without its last row."""
+        return False
+
+    def ping(self) -> dict[str, Any] | None:
+        """The run's answer to a ping, or None when it is not live."""
         return None
 
     def close(self) -> None:
@@ -189,6 +201,7 @@ class FolderSource(RunSource):
         self._finished_ranks: set[int | None] = set()
         self.step_ms: float | None = None  # the last step's time (how far ahead to agree)
         self._history: tuple[list[Record], list[StepSample]] = ([], [])
+        self._rows_at = self._pinged_at = time.monotonic()  # the last rows read / ping asked
 
     def start(self) -> None:
         if self.followers:
@@ -222,6 +235,8 @@ class FolderSource(RunSource):
         self.bad = self._history_bad + sum(f.bad for f in self.followers.values())
         for rank, follower in self.followers.items():
             rows = follower.poll()
+            if rows:
+                self._rows_at = time.monotonic()
             for r in _records(rows):
                 out.append(r)
                 if isinstance(r, StepSample):
@@ -294,6 +309,16 @@ class FolderSource(RunSource):
             if not answer.get("ok"):
                 errors.append(str(answer.get("error")))
         return "; ".join(errors) or None
+
+    def liveness_due(self) -> bool:
+        """Nothing written for LIVE_CHECK_S and no ping for as long: a killed run leaves no
+        run_finished, so only its socket's silence tells (``ping`` then sets ``not_live``;
+        a paused or slow run answers and stays live)."""
+        now = time.monotonic()
+        if self.finished or min(now - self._rows_at, now - self._pinged_at) < LIVE_CHECK_S:
+            return False
+        self._pinged_at = now
+        return True
 
     def ping(self) -> dict[str, Any] | None:
         """The run's answer to ping (rank 0's), or None when it is not live."""

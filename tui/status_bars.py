@@ -34,6 +34,8 @@ class StatusBars:
     def update_header(self: Any) -> None:
         st = self.run_state
         state = state_text(st.state, st.profile_phase, self.want_paused, self._quitting)
+        if not self.source.in_process and not st.finished and not self.source.live:
+            state = "not live"  # a followed run whose process answers no more (killed?)
         batch, seq = self.config.get("batch_size"), self.config.get("seq_len")
         switches = None
         if self.is_infer:

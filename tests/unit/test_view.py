@@ -151,3 +151,28 @@ async def test_viewer_opens_a_finished_run_on_its_final_state(tiny_config):
         await pilot.press("escape")
         await pilot.press("q")
     assert list(metrics_files(trainer.run_dir)) == [None]
+
+
+async def test_viewer_says_a_run_that_died_is_not_live(tmp_path, monkeypatch):
+    """A killed run leaves no run_finished: the viewer kept saying RUNNING until a key sent a
+    request. Now a run quiet for LIVE_CHECK_S is pinged off the loop, and a socket nobody
+    answers makes the header NOT LIVE and the status line say why."""
+    from factories import METRICS, write_run
+
+    from tui import sources
+    from tui.app import MemtopApp
+
+    monkeypatch.setattr(sources, "LIVE_CHECK_S", 0.3)
+    run = write_run(tmp_path / "killed", steps=20)
+    rows = (run / METRICS).read_text().splitlines()
+    (run / METRICS).write_text("\n".join(rows[:-1]) + "\n")  # no run_finished: it was killed
+    dead = socket.socket(socket.AF_UNIX)
+    dead.bind(str(run / "control.sock"))  # its socket file, left behind: nobody answers
+    dead.close()
+    app = MemtopApp.for_folder(run)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: app.last_sample is not None
+                       and app.last_sample.step == 20, "the run's rows")
+        await wait_for(pilot, lambda: "NOT LIVE" in app.header_bar.text, "NOT LIVE")
+        assert "RUNNING" not in app.header_bar.text
+        assert "not live" in app.status_line.text

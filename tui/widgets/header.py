@@ -29,7 +29,7 @@ class MemtopHeader(TextLine):
     def show(self, text: str, state: str) -> None:
         """Redraw only when the text or the state changed."""
         if state != self._state:
-            self.set_class(state in ("finished", "stopped", "interrupted"), "-ended")
+            self.set_class(state in ("finished", "stopped", "interrupted", "not live"), "-ended")
             for name in ("paused", "failed", "profiling"):
                 self.set_class(state == name or (name == "paused" and state == "pausing"),
                                f"-{name}")
