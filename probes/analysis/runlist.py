@@ -75,6 +75,20 @@ def _live(run_dir: Path, rank: int | None) -> bool:
     return bool(answer.get("ok"))
 
 
+def run_outcome(state: RunState, run_dir: Path, rank: int | None = None,
+                ping: bool = True) -> str:
+    """The run's outcome as its rows and its socket tell it: rows without run_finished are a
+    live run only while its socket answers a ping, else an interrupted one (killed, or its
+    machine went down); "empty" when there are no rows yet and nobody answers."""
+    outcome = state.outcome if state.records else "empty"
+    if outcome in ("live", "empty") and not state.finished:
+        if ping and _live(run_dir, rank):
+            return "live"
+        if outcome == "live":
+            return "interrupted"  # no run_finished and nobody answers
+    return outcome
+
+
 def summarize_run(run_dir: Path, ping: bool = True) -> RunSummary:
     """The run's state folded from its first rank's events and last step (fast on long runs)."""
     run_dir = Path(run_dir)
@@ -90,12 +104,7 @@ def summarize_run(run_dir: Path, ping: bool = True) -> RunSummary:
     started = None
     with contextlib.suppress(OSError):
         started = (run_dir / CONFIG).stat().st_mtime
-    outcome = state.outcome if state.records else "empty"
-    if outcome in ("live", "empty") and not state.finished:
-        if ping and _live(run_dir, rank):
-            outcome = "live"
-        elif outcome == "live":
-            outcome = "interrupted"  # no run_finished and nobody answers
+    outcome = run_outcome(state, run_dir, rank, ping)
     last = state.last_sample
     warmup = _warmup(run_dir)
     from_report = _report_throughput(run_dir) if outcome != "live" else None

@@ -225,3 +225,15 @@ def test_compare_names_the_phase_a_change_moved(tmp_path, capsys):
     moved, none = (c["phases"] for c in data["comparisons"])
     assert moved["moved"] == "backward_ms" and not moved["phases"]["forward_ms"]["measurable"]
     assert none is None and "Step split: n/a" in out
+
+
+def test_a_killed_run_is_interrupted_not_live(tmp_path):
+    """No run_finished and no process answering its socket: `memtop runs` said interrupted,
+    compare said live."""
+    from factories import METRICS
+
+    run = write_run(tmp_path / "killed")
+    rows = (run / METRICS).read_text().splitlines()
+    (run / METRICS).write_text("\n".join(rows[:-1]) + "\n")
+    assert load_run(run).outcome == "interrupted"
+    assert load_run(write_run(tmp_path / "done")).outcome == "finished"

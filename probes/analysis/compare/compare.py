@@ -18,6 +18,7 @@ from probes import records as R
 from probes.analysis.compare.phases import phase_changes
 from probes.analysis.compare.windows import DEFAULT_LOSS_TOLERANCE, profile_windows, windows_summary
 from probes.analysis.measured import LOSS_WINDOW, measured_steps, peak_steps
+from probes.analysis.runlist import run_outcome
 from probes.analysis.step_split import phase_values
 from probes.records import finite_num, record_from_json
 from probes.runfolder import (
@@ -104,7 +105,8 @@ def load_run(path: str | Path) -> RunFigures:
     files = metrics_files(run_dir)
     if not files:
         raise RunFolderError(f"{run_dir} has no metrics.jsonl: the run never started")
-    rows = read_rows(next(iter(files.values())))  # a lone process, or the first rank
+    rank, first = next(iter(files.items()))
+    rows = read_rows(first)  # a lone process, or the first rank
     steps = sorted(rows.steps, key=lambda r: r["step"])
     state = RunState()
     for row in rows.rows:
@@ -129,7 +131,7 @@ def load_run(path: str | Path) -> RunFigures:
     return RunFigures(
         run_dir=run_dir, config=config, variables=variables,
         params=state.params if isinstance(state.params, int) and state.params else None,
-        outcome=state.outcome, reason=state.error or state.stop_reason,
+        outcome=run_outcome(state, run_dir, rank), reason=state.error or state.stop_reason,
         error_type=str(error.get("error_type")) if error else None,
         memory_guard=any(e.get("event") == R.MEMORY_GUARD for e in rows.events),
         steps_recorded=len(steps), stats_over=over,
