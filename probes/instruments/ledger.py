@@ -303,14 +303,15 @@ class Ledger(StepHook):
                                "before training (not tensors of this model)"))
             explained += self._baseline
         other = allocated - explained if allocated is not None else None
+        used, held = (R.counter_name(pane, device.type) for pane in ("allocated", "reserved"))
         lines.append(_line("other / temporaries", other, None,
-                           "allocated − lines above, at end of forward",
+                           f"{used} − lines above, at end of forward",
                            ("heap growth outside the lines above: batch, buffers, autograd and "
                             "oneDNN bookkeeping, leaks" if cpu else
                             "batch, buffers, workspaces, logits, leaks")))
         cache = reserved - allocated if reserved is not None and allocated is not None else None
         lines.append(_line(R.CACHE_LINE["cpu" if cpu else "cuda"], cache, None,
-                           "reserved − allocated",
+                           f"{held} − {used}",
                            "free bytes glibc keeps from the OS" if cpu else
                            "cached blocks; empty_cache() returns them but is no fix"))
         total = sum(ln["measured_bytes"] or 0 for ln in lines if ln["name"] not in (

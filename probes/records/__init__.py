@@ -75,6 +75,7 @@ from probes.records.names import (  # noqa: F401
     LEDGER_MOMENT,
     PANE_MOMENT,
     counter_name,
+    counter_names,
     peak_name,
 )
 from probes.records.step import (  # noqa: F401
@@ -113,6 +114,7 @@ __all__ = [
     "LEDGER_MOMENT",
     "PANE_MOMENT",
     "counter_name",
+    "counter_names",
     "peak_name",
     "LEAK_COUNTER_NAMES",
     "LEAK_COUNTER_SHORT",

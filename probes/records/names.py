@@ -34,9 +34,15 @@ def counter_name(pane_id: str, device_type: str) -> str:
     return names["cuda" if str(device_type).startswith("cuda") else "cpu"]
 
 
+def counter_names(pane_id: str, *device_types: str) -> str:
+    """A counter's name in a text about runs on ``device_types``: its one name where they share
+    a device kind, both (CUDA's first) where they differ ("reserved / heap held")."""
+    kinds = sorted({"cuda" if str(d).startswith("cuda") else "cpu" for d in device_types}
+                   or {"cpu"}, key=lambda kind: kind != "cuda")
+    return " / ".join(counter_name(pane_id, kind) for kind in kinds)
+
+
 def peak_name(pane_id: str, *device_types: str) -> str:
     """The name of a counter's peak in a table of runs on ``device_types`` ("peak heap used"
-    on CPU, "peak allocated" on CUDA; both, CUDA's first, where the runs differ)."""
-    names = dict.fromkeys(counter_name(pane_id, d) for d in sorted(
-        set(device_types) or {"cpu"}, key=lambda d: not str(d).startswith("cuda")))
-    return "peak " + " / ".join(names)
+    on CPU, "peak allocated" on CUDA; both where the runs differ)."""
+    return "peak " + counter_names(pane_id, *device_types)

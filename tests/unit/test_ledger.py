@@ -88,6 +88,9 @@ def test_exact_lines_match_the_tensors(tiny_config, amp):
     assert "allocator cache" not in lines  # glibc has no caching allocator: "malloc free"
     assert lines["malloc free"]["measured_bytes"] == (
         event["reserved_bytes"] - event["allocated_bytes"])
+    # the formulas name the CPU's counters as its panes do, not CUDA's allocated / reserved
+    assert lines["malloc free"]["formula"] == "heap held − heap used"
+    assert lines["other / temporaries"]["formula"].startswith("heap used − lines above")
 
 
 def test_ledger_event_only_when_it_changes(tiny_config):

@@ -281,6 +281,7 @@ def compare_figures(a: RunFigures, b: RunFigures,
         "peaks": {k: {"a": getattr(a, k), "b": getattr(b, k),
                       "ratio": ratio(getattr(a, k), getattr(b, k))}
                   for k in ("peak_allocated_bytes", "peak_reserved_bytes", "driver_peak_bytes")},
+        "devices": {"a": a.variables.get("device"), "b": b.variables.get("device")},
         "skipped_steps": {"a": a.skipped_steps, "b": b.skipped_steps},
         "loss": loss_agreement(a.losses, b.losses, tolerance),
         "precision_check": None,

@@ -7,7 +7,7 @@ from typing import Any
 
 from probes.analysis.compare.compare import speed_verdict
 from probes.analysis.compare.phases import phase_lines
-from probes.records.names import peak_name
+from probes.records.names import counter_names, peak_name
 from probes.tools.tables import markdown_table
 from probes.tools.units import format_bytes, format_duration, format_ms, format_rate
 
@@ -74,11 +74,12 @@ def comparison_lines(c: dict[str, Any], base: str) -> list[str]:
     out.append(f"- tokens/s: {c['tokens_per_s_verdict']}")
     out.append(f"- step time: {c['step_ms_verdict']}")
     peaks = c["peaks"]
+    devices = [str(d) for d in (c.get("devices") or {}).values() if d]  # the names follow them
     out.append("- Peaks: " + "; ".join(
-        f"{label} {format_bytes(peaks[k]['a'])} -> {format_bytes(peaks[k]['b'])} "
-        f"({_pct(peaks[k]['ratio'])})"
-        for label, k in (("allocated", "peak_allocated_bytes"),
-                         ("reserved", "peak_reserved_bytes"), ("driver", "driver_peak_bytes"))))
+        f"{counter_names(pane, *devices)} {format_bytes(peaks[k]['a'])} -> "
+        f"{format_bytes(peaks[k]['b'])} ({_pct(peaks[k]['ratio'])})"
+        for pane, k in (("allocated", "peak_allocated_bytes"),
+                        ("reserved", "peak_reserved_bytes"), ("driver", "driver_peak_bytes"))))
     sk = c["skipped_steps"]
     out.append(f"- Skipped steps (inf/nan gradients): {sk['a']} -> {sk['b']}")
     pc = c["precision_check"]

@@ -37,7 +37,9 @@ def render(section: dict[str, Any], report: dict[str, Any]) -> list[str]:
     alive, alloc = led.get("tensors_at_snapshot_bytes"), led.get("allocated_bytes")
     if not isinstance(alive, int):  # a run recorded before the ledger said it
         alive = led.get("total_measured_bytes")
-    share = (f" ({alive / alloc:.1%} of allocated)" if isinstance(alive, int)
+    used, held = (R.counter_name(pane, str(led.get("device") or "cpu"))
+                  for pane in ("allocated", "reserved"))
+    share = (f" ({alive / alloc:.1%} of {used})" if isinstance(alive, int)
              and isinstance(alloc, int) and alloc > 0 else "")
     grads = next((ln for ln in led["lines"] if ln.get("name") == "gradients"), None)
     apart = (f" (gradients, {format_bytes(grads.get('measured_bytes'))}, live only between "
@@ -45,7 +47,7 @@ def render(section: dict[str, Any], report: dict[str, Any]) -> list[str]:
              if grads and grads.get("measured_bytes") else "")
     return md + ["", f"The exact tensor lines alive at the snapshot total "
                  f"{format_bytes(alive)}{share}{apart}; "
-                 f"allocated {format_bytes(led.get('allocated_bytes'))}, reserved "
+                 f"{used} {format_bytes(led.get('allocated_bytes'))}, {held} "
                  f"{format_bytes(led.get('reserved_bytes'))} at the snapshot; unexplained "
                  f"{format_bytes(led.get('unexplained_bytes'))} "
-                 f"({format_pct(led.get('unexplained_ratio'))} of allocated).", ""]
+                 f"({format_pct(led.get('unexplained_ratio'))} of {used}).", ""]
