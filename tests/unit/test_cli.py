@@ -35,6 +35,7 @@ NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is availabl
     (["--bogus"], "memtop train: unrecognized arguments: --bogus"),
     (["--stesp", "3"], "memtop train: unrecognized arguments: --stesp 3 (did you mean --steps?)"),
     (["--device", "cpu", "--max-memory", "1KiB"], "below what this process already holds"),
+    pytest.param(["--max-memory", "5MiB"], "holds (RSS", marks=NO_CUDA),  # auto: the CPU here
     (["--steps", "2", "--profile-at", "1000"], "after the run's last step (--steps 2)"),
     (["--log-every", "0"], "--log-every must be a positive integer"),
     (["--grad-clip", "nan"], "--grad-clip must be zero or a positive finite number"),

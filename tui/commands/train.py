@@ -146,22 +146,29 @@ def check_baseline(config: TrainConfig) -> None:
 
 
 def check_max_memory(config: TrainConfig) -> None:
-    """On CPU, --max-memory watches this process's RSS: a limit it already passes before torch
-    and the model are even loaded can never be met (ValueError). On CUDA the limit is checked
-    against the device's counters before the first step (probes/monitor/guard.py)."""
+    """On CPU, --max-memory watches this process's RSS: a limit it already passes before the
+    model is even built can never be met (ValueError). ``--device cpu`` is checked before
+    torch is imported; ``auto`` once it resolved to the CPU (torch then loaded: its RSS is the
+    run's too). On CUDA the limit is checked against the device's counters before the first
+    step (probes/monitor/guard.py)."""
     from probes.counters.host import RssReader
     from probes.tools.units import format_bytes
 
     limit = config.max_memory_bytes
-    if limit is None or config.device.strip().lower() != "cpu":
+    device = config.device.strip().lower()
+    if limit is None or device not in ("cpu", "auto"):
+        return
+    if device == "auto" and config.torch_device.type != "cpu":  # imports torch
         return
     rss = RssReader()
     held = rss.read()
     rss.close()
+    when = "before torch and the model are loaded" if device == "cpu" else \
+        "with torch loaded, before the model"
     if held is not None and held >= limit:
         raise ValueError(f"--max-memory {format_bytes(limit)} is below what this process "
-                         f"already holds (RSS {format_bytes(held)} before torch and the model "
-                         "are loaded): give a limit above the run's own size")
+                         f"already holds (RSS {format_bytes(held)} {when}): give a limit "
+                         "above the run's own size")
 
 
 def run(args: argparse.Namespace) -> int:
