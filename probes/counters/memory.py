@@ -208,6 +208,14 @@ class MemoryProbe:
         if heap is not None and (self._step_peak is None or heap[0] > self._step_peak):
             self._step_peak = heap[0]
 
+    def saw_heap(self, in_use_bytes: int | None) -> None:
+        """CPU: a heap reading another instrument took mid-step (the ledger's at the end of
+        forward), folded into this step's sampled peak like the Monitor's own: the run's peak
+        is then never below a reading a report shows beside it."""
+        if in_use_bytes is not None and not self.is_cuda and (
+                self._step_peak is None or in_use_bytes > self._step_peak):
+            self._step_peak = in_use_bytes
+
     def _fold(self, step_peak: int | None, count: bool = True) -> int | None:
         if not count:
             return self._run_peak

@@ -168,6 +168,7 @@ class Ledger(StepHook):
 
         def on_forward_end(_module: Any, _inputs: Any, _output: Any) -> None:
             allocated, reserved = self._counters()
+            self.ctx.memory.saw_heap(allocated)  # CPU: a reading of the step's peak too
             if "allocated" not in snap or (allocated or 0) > (snap["allocated"] or 0):
                 live = unique_bytes(p.grad for p in params if p.grad is not None)[0]
                 snap.update(allocated=allocated, reserved=reserved, grads_live=live)

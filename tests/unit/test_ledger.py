@@ -201,3 +201,26 @@ def test_a_new_batch_shape_is_measured_at_the_next_step(tmp_path):
     assert measured == [6]
     assert not due_before
     assert due_after
+
+
+def test_the_ledgers_heap_reading_is_in_its_steps_peak(tiny_config, monkeypatch):
+    """A leaking CPU run skipped the end-of-forward heap read for its cost: the report said a
+    heap peak of 217 MiB beside the ledger's 247 MiB heap used at the end of forward. The
+    ledger's own reading now counts in its step's sampled peak, and the report says how
+    often the end-of-forward read was taken."""
+    from factories import read_jsonl
+
+    from probes.analysis.report.build import build_report
+    from probes.counters import memory
+
+    monkeypatch.setattr(memory, "MID_STEP_BUDGET", 0.0)  # every budgeted mid-step read skipped
+    monkeypatch.setattr(memory, "MID_STEP_FIRST", 0)
+    monkeypatch.setattr(memory, "MID_STEP_EVERY", 10**6)
+    run_dir = _run(tiny_config(steps=4), Ledger())
+    (event,) = _ledger_events(run_dir)
+    rows = {r["step"]: r for r in read_jsonl(run_dir / "metrics.jsonl") if "event" not in r}
+    assert rows[event["step"]]["step_peak_allocated_bytes"] >= event["allocated_bytes"]
+    finished = read_jsonl(run_dir / "metrics.jsonl")[-1]
+    assert finished["mid_step_heap_reads_skipped"] > 0
+    note = build_report(run_dir)["results"]["peaks_note"]
+    assert f"taken at {finished['mid_step_heap_reads']:,} of" in note and "lower bound" in note
