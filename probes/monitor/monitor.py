@@ -55,7 +55,6 @@ from probes.monitor.setup import (
 from probes.monitor.stepvalues import (
     ScalerWatch,
     non_finite_error,
-    on_device,
     read_step_values,
 )
 from probes.records import Event, StepSample, freeze_step
@@ -314,8 +313,7 @@ class Monitor:
     def _step_ended(self, scope: StepScope) -> None:
         step, v = scope.step, scope._values
         scale_t = self._scale_watch.scale_tensor()
-        synced = on_device(v.loss) or on_device(v.grad_norm) or on_device(scale_t)
-        loss, grad_norm, scale = read_step_values(v.loss, v.grad_norm, scale_t)
+        (loss, grad_norm, scale), synced = read_step_values(v.loss, v.grad_norm, scale_t)
         step_s = max(time.perf_counter() - scope._t0, 1e-9)
         split = self.phases.end(scope._t0 + step_s) if self.phases is not None else None
         if self.non_finite == "fail" and not self._scale_watch.enabled:
@@ -352,8 +350,9 @@ class Monitor:
                 hook.end_step(step, tensors, sample)
         self.session.step = step
         self.guard.check(step, reading, sample.time_s)
-        if not self.should_stop and (self.max_steps == 0 or step < self.max_steps):
-            self._boundary(step + 1)  # requests and pauses, before the loop's next step
+        if (self.max_steps == 0 or step < self.max_steps) and not self.control.stop_requested:
+            self._boundary(step + 1)  # requests and pauses, before the loop's next step (once:
+            # the loop's should_stop then finds it done)
         if self.phases is not None:
             self.phases.left()  # the loop's own time between steps starts here
 

@@ -44,26 +44,22 @@ def _as_float(value: Any) -> float | None:
         return None
 
 
-def on_device(value: Any) -> bool:
-    """Whether ``value`` is a tensor off the CPU (reading it waits for its device)."""
-    return isinstance(value, torch.Tensor) and value.device.type != "cpu"
-
-
-def read_step_values(*values: Any) -> list[float | None]:
-    """Each value (tensor, number or None) as a float; the CUDA tensors among them in one
-    device-to-host transfer."""
+def read_step_values(*values: Any) -> tuple[list[float | None], bool]:
+    """Each value (tensor, number or None) as a float, the CUDA tensors among them in one
+    device-to-host transfer; and whether there was one (the step then synced its device)."""
     out: list[float | None] = [None] * len(values)
     on_device: dict[torch.device, list[int]] = {}
     for i, v in enumerate(values):
-        if isinstance(v, torch.Tensor) and v.device.type != "cpu" and v.numel():
-            on_device.setdefault(v.device, []).append(i)
+        if isinstance(v, torch.Tensor) and v.device.type != "cpu":
+            if v.numel():
+                on_device.setdefault(v.device, []).append(i)
         else:
             out[i] = _as_float(v)
     for idx in on_device.values():
         stacked = torch.stack([values[i].detach().reshape(-1)[0].float() for i in idx])
         for i, x in zip(idx, stacked.tolist(), strict=True):  # the one sync for this device
             out[i] = x
-    return out
+    return out, bool(on_device)
 
 
 class ScalerWatch:
