@@ -119,9 +119,12 @@ def next_sort_key(current: str, columns: Sequence[str]) -> str:
 
 
 def sort_ops(top_ops: Iterable[dict[str, Any]], key: str) -> list[dict[str, Any]]:
-    """Largest first; rows without the value go last."""
+    """Largest first; rows without the value go last. Ranges (record_function spans such as
+    ProfilerStep*, forward, backward) come after every op: a span's total holds its ops', so
+    by a total it topped the table and a short box showed nothing else."""
     ops = list(top_ops)
-    return sorted(ops, key=lambda op: (op.get(key) is None, -(op.get(key) or 0)))
+    return sorted(ops, key=lambda op: (op.get("user_annotation") is True, op.get(key) is None,
+                                       -(op.get(key) or 0)))
 
 
 def shorten_op(name: str, width: int) -> str:

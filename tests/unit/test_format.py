@@ -307,3 +307,20 @@ def test_footer_descriptions_fit_the_row_and_mark_every_cut():
         assert f.footer_width(list(zip([k for k, _ in keys], descs, strict=True))) <= width
         assert all(d in (full, f.FOOTER_SHORT.get(full)) or d.endswith("…")
                    for d, (_, full) in zip(descs, keys, strict=True)), descs
+
+
+def test_ranges_sort_after_every_op():
+    """A training window's ranges (ProfilerStep*, forward, backward: their totals hold their
+    ops') topped the table by CPU total, and a short top-ops box showed nothing else."""
+    from tui.format_panels import sort_ops
+
+    rows = [{"name": "ProfilerStep*", "cpu_total_us": 270.0, "self_cpu_us": 1.0,
+             "user_annotation": True},
+            {"name": "backward", "cpu_total_us": 157.0, "self_cpu_us": 2.0,
+             "user_annotation": True},
+            {"name": "aten::mm", "cpu_total_us": 72.0, "self_cpu_us": 70.0,
+             "user_annotation": False},
+            {"name": "aten::bmm", "cpu_total_us": 29.0, "self_cpu_us": 29.0}]
+    assert [r["name"] for r in sort_ops(rows, "cpu_total_us")] == [
+        "aten::mm", "aten::bmm", "ProfilerStep*", "backward"]
+    assert [r["name"] for r in sort_ops(rows, "self_cpu_us")][:2] == ["aten::mm", "aten::bmm"]
