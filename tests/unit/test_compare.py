@@ -182,6 +182,11 @@ def test_a_repeated_baseline_sets_the_run_to_run_noise_floor(tmp_path):
     assert not c["tokens_per_s"]["measurable"] and c["tokens_per_s"]["within_run_to_run_noise"]
     assert "A/A run-to-run noise" in c["tokens_per_s_verdict"]
     assert compare_runs([a, b])["run_to_run_noise"] is None
+    # A and its repeat alone: no floor measured from the run it would judge (it was circular:
+    # "noise from the repeated baseline ±20%" beside that run's own "1.2x, slower")
+    alone_aa = compare_runs([a, a2])
+    assert alone_aa["run_to_run_noise"] is None
+    assert alone_aa["comparisons"][0]["tokens_per_s"]["measurable"]  # a code change shows
 
 
 def test_runs_and_compare_take_folders_of_runs_one_level_deeper(tmp_path, capsys):
@@ -237,3 +242,19 @@ def test_a_killed_run_is_interrupted_not_live(tmp_path):
     (run / METRICS).write_text("\n".join(rows[:-1]) + "\n")
     assert load_run(run).outcome == "interrupted"
     assert load_run(write_run(tmp_path / "done")).outcome == "finished"
+
+
+def test_a_phase_that_moved_under_a_percent_of_the_step_is_not_named():
+    """compare named a 0.01 ms data wait 11% shorter as the phase the change "moved most"."""
+    from probes.analysis.compare.phases import phase_changes
+
+    rng = random.Random(4)
+
+    def phases(wait_ms):
+        return {"data_wait_ms": [wait_ms * (1 + 0.01 * rng.random()) for _ in range(200)],
+                "forward_ms": [30.0 * (1 + 0.1 * rng.random()) for _ in range(200)],
+                "backward_ms": [45.0 * (1 + 0.1 * rng.random()) for _ in range(200)]}
+
+    moved = phase_changes(phases(0.010), phases(0.009), median_ratio)
+    assert moved["phases"]["data_wait_ms"]["measurable"]  # the noise rule alone calls it
+    assert moved["moved"] is None

@@ -15,12 +15,16 @@ from probes.records import SPLIT_FIELDS, SPLIT_LABELS
 from probes.tools.units import format_ms
 
 Ratio = Callable[[list[float], list[float]], dict[str, Any] | None]
+# a phase must move at least this share of A's step (the sum of its phase medians) to be named:
+# a 0.01 ms data wait 11% shorter is measurable by the noise rule, and no change's doing
+MIN_MOVE_SHARE = 0.01
 
 
 def phase_changes(a: Mapping[str, list[float]], b: Mapping[str, list[float]],
                   median_ratio: Ratio) -> dict[str, Any] | None:
     """Per phase: medians, their ratio (``median_ratio``'s noise rule) and the ms it moved;
-    ``moved``: the measurable phase that moved most (None when none did). None when either
+    ``moved``: the measurable phase that moved most, by at least MIN_MOVE_SHARE of A's step
+    (None when none did). None when either
     run has no split (it predates issue 26, or the phase was never seen)."""
     per: dict[str, Any] = {}
     for name in SPLIT_FIELDS:
@@ -29,7 +33,9 @@ def phase_changes(a: Mapping[str, list[float]], b: Mapping[str, list[float]],
             per[name] = {**change, "delta_ms": change["b"] - change["a"]}
     if not per:
         return None
-    measurable = [(abs(c["delta_ms"]), name) for name, c in per.items() if c["measurable"]]
+    floor_ms = MIN_MOVE_SHARE * sum(c["a"] for c in per.values())
+    measurable = [(abs(c["delta_ms"]), name) for name, c in per.items()
+                  if c["measurable"] and abs(c["delta_ms"]) >= floor_ms]
     return {"phases": per, "moved": max(measurable)[1] if measurable else None}
 
 
@@ -46,7 +52,7 @@ def phase_lines(p: Mapping[str, Any] | None) -> list[str]:
     out = ["- Step split (medians): " + "; ".join(parts)]
     moved = p["moved"]
     if moved is None:
-        out.append("- The change moved no phase measurably")
+        out.append("- The change moved no phase measurably (by 1% of the step or more)")
     else:
         c = p["phases"][moved]
         out.append(f"- The change moved {SPLIT_LABELS[moved]} most: {c['delta_ms']:+.2f} ms "

@@ -68,7 +68,8 @@ def comparison_lines(c: dict[str, Any], base: str) -> list[str]:
         out.append("- Changed: " + "; ".join(f"{x['name']} {x['a']!r} -> {x['b']!r}"
                                              for x in c["changed"]))
     else:
-        out.append("- Changed: nothing (an A/A comparison: what remains is noise)")
+        out.append("- Changed: no option of config.json (an A/A comparison, unless the code "
+                   "changed: with the code the same, what remains is run-to-run noise)")
     if c["warning"]:
         out.append(f"- WARNING: {c['warning']}")
     out.append(f"- tokens/s: {c['tokens_per_s_verdict']}")
