@@ -203,7 +203,8 @@ class AppActions:
             self.notify(f"screenshot not saved: {exc.strerror or exc}", severity="error",
                         timeout=6)
             return
-        self.notify(f"saved {path}", timeout=4)
+        self.notify(f"saved {Path(path).name} in the run folder", timeout=4)  # a path would
+        # wrap mid-name in a toast; the status line says where the run folder is
 
     def action_report(self: Any) -> None:
         self.notify("writing the report…", timeout=2)
@@ -223,7 +224,8 @@ class AppActions:
         self._report_path = Path(path)
         if self.ending is not None:
             self.ending.report_path = Path(path)
-        self.call_from_thread(self.notify, f"report written: {path}", timeout=6)
+        self.call_from_thread(self.notify, f"report written: {Path(path).name} and report.json "
+                              "in the run folder", timeout=6)
 
     # quitting -------------------------------------------------------------------------------------
     def action_request_quit(self: Any) -> None:

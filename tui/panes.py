@@ -146,8 +146,9 @@ PANES: tuple[PaneSpec, ...] = (
         cpu=OnDevice(
             *_named("allocated", "cpu"),
             "bytes malloc has handed out and not taken back (uordblks + hblkhd), the closest "
-            "thing to allocated, read at the end of every step. It must come back to the same "
-            "level after every step.",
+            "thing to allocated, read at the end of every step (where one read costs over 2 ms "
+            "and 1% of the step, every k-th, k ≤ 16: the rows between repeat it and say so in "
+            "heap_read_step). It must come back to the same level after every step.",
             watches=("device_allocated", "host_heap")),
         cuda=OnDevice(
             *_named("allocated", "cuda"),
@@ -160,8 +161,8 @@ PANES: tuple[PaneSpec, ...] = (
         "reserved", "bytes",
         cpu=OnDevice(
             *_named("reserved", "cpu"),
-            "bytes malloc holds from the OS (arena + hblkhd), read with heap in use, ≥ heap in "
-            "use. Freed memory stays here for reuse, like CUDA's reserved."),
+            "bytes malloc holds from the OS (arena + hblkhd), read with heap used, ≥ heap "
+            "used. Freed memory stays here for reuse, like CUDA's reserved."),
         cuda=OnDevice(
             *_named("reserved", "cuda"),
             "bytes the caching allocator holds from the driver (memory_reserved), read with "
@@ -176,8 +177,9 @@ PANES: tuple[PaneSpec, ...] = (
         "peak", "bytes",
         cpu=OnDevice(
             *_named("peak", "cpu"),
-            "the largest heap-in-use value memtop saw, at the end of each step and after each "
-            "forward pass, since the reset after warmup, leaving out the steps the profiler "
+            "the largest heap used value memtop saw, at the end of each step and after each "
+            "forward pass (while that read costs ≤ 0.2% of a step) and at the ledger's "
+            "measurements, since the reset after warmup, leaving out the steps the profiler "
             "traced (its buffers are not the model's). A sampled peak can miss a spike "
             "between two samples; CUDA keeps a true high-water mark, CPU does not."),
         cuda=OnDevice(

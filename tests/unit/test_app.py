@@ -87,7 +87,7 @@ async def test_help_screen_opens_and_closes(make_app):
         await pilot.press("question_mark")
         await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen), "help screen")
         text = " ".join(str(s.render()) for s in app.screen.query("Static"))
-        for words in ("heap in use", "heap held", "RSS", "empty_cache", "nvidia-smi",
+        for words in ("heap used", "heap held", "RSS", "empty_cache", "nvidia-smi",
                       "sampled"):
             assert words in text, words
         from probes.records import HINTS
