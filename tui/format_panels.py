@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from probes import records as R
-from probes.records import incomplete
+from probes.records import finite_num, incomplete
 from probes.tools.units import (
     format_bytes,
     format_ms,
@@ -23,7 +23,11 @@ from tui.format import fit
 COUNTER_LABELS, _COUNTER_SHORT = R.LEAK_COUNTER_NAMES, R.LEAK_COUNTER_SHORT
 
 
-def leak_alert_line(data: dict[str, Any], step: int, compact: bool = False) -> str:
+COMPACT_WIDTH = 72  # an 80-column banner's line (78) less its "LEAK: "
+
+
+def leak_alert_line(data: dict[str, Any], step: int, compact: bool = False,
+                    room: int = COMPACT_WIDTH) -> str:
     """One alert as a sentence: what grows, how fast, since when, and how long until full.
 
     ``compact`` keeps it to one 80-column line so the hint below it gets the room; an alert row
@@ -36,11 +40,22 @@ def leak_alert_line(data: dict[str, Any], step: int, compact: bool = False) -> s
     counter = (_COUNTER_SHORT if compact else COUNTER_LABELS).get(key, key)
     rate = format_bytes(data.get("bytes_per_step"))
     since = data.get("since_step", step)
+    left = R.fill_text(data, short=compact)
+    fill_rate, leak_rate = finite_num(data.get("fill_bytes_per_step")), \
+        finite_num(data.get("bytes_per_step"))
+    if compact and left and " fills " in left and fill_rate and leak_rate \
+            and fill_rate >= 2 * leak_rate:
+        # what fills the memory grows far faster than what leaks (a fragmented heap: RSS
+        # several MiB a step beside 150 KiB of held objects): say both rates in 78 columns
+        counter = counter.removeprefix("host ")
+        fill, rest = left.split(" fills ", 1)
+        tail = f"{fill} +{format_bytes(fill_rate)}/step fills {rest}"
+        text = f"{counter} +{rate}/step since {since}; {tail}"
+        return text if len(text) <= room else f"{counter} +{rate}/step; {tail}"
     if compact:
         text = f"{counter} +{rate}/step since step {since}"
     else:
         text = f"{counter} grows {rate}/step since step {since}"
-    left = R.fill_text(data, short=compact)
     if left is None:
         return text
     return f"{text}; {left}"
@@ -61,9 +76,11 @@ def leak_cleared_text(data: dict[str, Any], step: int) -> str:
     return text
 
 
-def leak_banner_text(alerts: dict[str, dict[str, Any]], compact: bool = False) -> tuple[str, str]:
-    """(headline lines, hint) for the active alerts, newest last."""
-    lines = [leak_alert_line(d, d.get("_step", 0), compact) for d in alerts.values()]
+def leak_banner_text(alerts: dict[str, dict[str, Any]], compact: bool = False,
+                     room: int = COMPACT_WIDTH) -> tuple[str, str]:
+    """(headline lines, hint) for the active alerts, newest last; ``room``: a compact line's
+    columns."""
+    lines = [leak_alert_line(d, d.get("_step", 0), compact, room) for d in alerts.values()]
     hint = next((d.get("hint") for d in reversed(list(alerts.values())) if d.get("hint")), "")
     return "\n".join(lines), hint or ""
 

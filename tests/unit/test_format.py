@@ -114,6 +114,14 @@ def test_leak_alert_line_says_rate_since_and_time_to_full():
     compact = fp.leak_alert_line(data, 50, compact=True)
     assert len("LEAK: " + compact) <= 78  # one line on an 80-column terminal
     assert "+150 KiB/step" in compact and "since step 40" in compact and "1 h 30 min" in compact
+    # RSS filling far faster than the heap leaks (a fragmented heap): the banner said only
+    # "+150 KiB/step" beside panes growing MiB a step; now both rates, still on one line
+    fast = dict(data, since_step=12345, fill_bytes_per_step=int(3.6 * 1024**2))
+    compact = fp.leak_alert_line(fast, 12400, compact=True)
+    assert compact == "heap +150 KiB/step; RSS +3.6 MiB/step fills RAM in 1 h 30 min"
+    early = fp.leak_alert_line(dict(fast, since_step=40, seconds_to_full=600.0), 50, True)
+    assert early == "heap +150 KiB/step since 40; RSS +3.6 MiB/step fills RAM in 10 min"
+    assert len("LEAK: " + compact) <= 78
 
 
 def test_counter_pane_mapping_per_device():

@@ -70,8 +70,9 @@ class LeakBanner(TextLine):
 
     def _render_alerts(self) -> None:
         compact = (self.size.width or self.app.size.width) < 100
-        lines, hint = leak_banner_text(self.alerts, compact)
         head = "LEAK: " if compact else "LEAK SUSPECTED: "
+        room = (self.size.width or self.app.size.width) - 2 - len(head)  # less the padding
+        lines, hint = leak_banner_text(self.alerts, compact, room)
         text = head + lines.replace("\n", "\n" + head)
         if hint:
             text += f"\na guess from the rate (w names the holder): {hint}"
