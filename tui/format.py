@@ -139,6 +139,8 @@ def header_text(*, device_name: str, device_total: int | None, amp: str, batch: 
     a loop that did not say them; ``switches``: an inference run's eval/inference_mode/scaler;
     ``amp_reason``: run_started's, whose short part says why ``--amp auto`` chose fp32."""
     total = f" {format_bytes(device_total)}" if device_total else ""
+    if total and str(device_name).upper().startswith("CPU"):
+        total += " RAM"  # the host's memory, not a device's
     device = f"{device_name or '…'}{total}"
     shape = [f"B{batch} T{seq}"] if batch and seq else []
     why = amp_short_reason(amp, amp_reason)

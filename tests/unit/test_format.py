@@ -87,6 +87,9 @@ def test_header_text_fits_80_columns_and_keeps_the_essentials():
         assert len(text) <= width
         assert "step 123456" in text and "1:02:05" in text and "PROFILING" in text
     assert "memtop" in f.header_text(width=120, **kw)
+    assert "24.0 GiB │" in f.header_text(width=120, **kw)  # a GPU's own memory
+    cpu = f.header_text(width=80, **dict(kw, device_name="CPU", device_total=24 * 1024**3))
+    assert "CPU 24.0 GiB RAM" in cpu and len(cpu) <= 80  # the host's memory, said so
 
 
 def test_clock_duration_and_count():
