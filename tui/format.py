@@ -155,15 +155,17 @@ def header_text(*, device_name: str, device_total: int | None, amp: str, batch: 
     return fit(" ".join(parts[3:] if len(parts) > 3 else parts), width)
 
 
-def profile_text(phase: str | None, requested: bool, available: bool) -> str:
-    """The profiler part of the status line."""
+def profile_text(phase: str | None, requested: bool, available: bool,
+                 done_step: int | None = None) -> str:
+    """The profiler part of the status line; ``done_step``: where the last window's table
+    came (its top ops are on screen: "off" alone read as if none had run)."""
     if not available:
         return "profiler: n/a"
     if phase is not None:
         return f"profiler: {phase}"
     if requested:
         return "profiler: requested"
-    return "profiler: off"
+    return f"profiler: done at step {done_step}" if done_step is not None else "profiler: off"
 
 
 def leak_demo_text(kind: str | None, active: bool, since: int | None, toggling: bool,

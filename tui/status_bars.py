@@ -52,7 +52,8 @@ class StatusBars:
     def update_status(self: Any) -> None:
         st = self.run_state
         parts = [
-            profile_text(st.profile_phase, self._profile_requested, self.can("profile")),
+            profile_text(st.profile_phase, self._profile_requested, self.can("profile"),
+                         st.profile_done_step),
             leak_demo_text(st.leak_kind or self.config.get("leak"), st.leak_active,
                            st.leak_since, self._leak_toggling, self.can("leak_start")),
         ]

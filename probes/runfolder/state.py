@@ -62,6 +62,7 @@ class RunState:
     started: dict[str, Any] | None = None  # the run_started row's data
     last_sample: StepSample | None = None
     profile_phase: str | None = None  # "wait 1/1", "active 2/3", "analysing", None
+    profile_done_step: int | None = None  # the step of the last window whose table came
     window: ProfileWindow | None = None
     leak_active: bool = False
     leak_kind: str | None = None
@@ -146,6 +147,8 @@ class RunState:
         elif name in (R.PROFILE_DONE, R.PROFILE_CANCELLED):
             self.profile_phase = None
             self.window = None
+            if name == R.PROFILE_DONE:
+                self.profile_done_step = e.step
         elif name == R.LEAK_DEMO_STARTED:
             self.leak_active = True
             self.leak_kind = d.get("kind")

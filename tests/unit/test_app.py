@@ -148,6 +148,8 @@ async def test_injected_events_render_banner_table_and_ledger(make_app):
         assert table.row_count == 3
         assert app.ops_table.row_names[0].endswith("Backward0")  # largest CPU total first
         assert app.view == "ops"  # 80 columns: the table replaces the chart
+        await wait_for(pilot, lambda: "profiler: done at step 90" in app.status_line.text,
+                       "the status line says a window's table came (not \"off\")")
         assert not app.query_one("#chart-box").display
         await pilot.press("o")  # CPU total -> calls (wraps around)
         assert app.ops_table.sort_key == "calls"
