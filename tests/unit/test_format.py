@@ -335,3 +335,16 @@ def test_ranges_sort_after_every_op():
     assert [r["name"] for r in sort_ops(rows, "cpu_total_us")] == [
         "aten::mm", "aten::bmm", "ProfilerStep*", "backward"]
     assert [r["name"] for r in sort_ops(rows, "self_cpu_us")][:2] == ["aten::mm", "aten::bmm"]
+
+
+def test_help_key_lines_wrap_under_their_text():
+    """The help's long key lines went on at column 0, under the keys."""
+    from tui.key_roles import keys_for
+    from tui.widgets.help_screen import KEYS, keys_markup
+
+    col = max(len(key) for key, _ in keys_for(KEYS, "train")) + 2  # where the texts start
+    plain = keys_markup("train", width=60).replace("[b]", "").replace("[/b]", "").split("\n")
+    assert len(plain) > len(KEYS) and all(len(ln) <= 60 for ln in plain)
+    more = [ln for ln in plain if ln[:1] == " "]  # a key's text going on
+    assert more and all(ln[:col].strip() == "" and ln[col] != " " for ln in more)
+    assert len(keys_markup("train").split("\n")) == len(KEYS)  # no width: one line a key

@@ -9,6 +9,9 @@ instance (tui/app_actions.py), so an open is a repaint, not a compose and a layo
 
 from __future__ import annotations
 
+import textwrap
+
+from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
@@ -42,17 +45,25 @@ KEYS = (
 )
 
 
-def keys_markup(role: str = TRAIN) -> str:
+def keys_markup(role: str = TRAIN, width: int | None = None) -> str:
     """The keys as aligned lines (a rich Table would be re-rendered by every layout pass);
-    ``role`` (tui/key_roles.py): a viewer's q leaves, an ended run offers no p, l, space, w, m."""
+    ``role`` (tui/key_roles.py): a viewer's q leaves, an ended run offers no p, l, space, w, m.
+    ``width``: the text's columns, so a long line goes on under its text, not under its key."""
     keys = keys_for(KEYS, role)
-    width = max(len(key) for key, _ in keys) + 2
-    return "\n".join(f"[b]{key}[/b]{' ' * (width - len(key))}{text}" for key, text in keys)
+    col = max(len(key) for key, _ in keys) + 2
+    lines = []
+    for key, text in keys:
+        wrapped = textwrap.wrap(text, width - col) if width and width > col + 20 else [text]
+        lines.append(f"[b]{key}[/b]{' ' * (col - len(key))}{wrapped[0]}")
+        lines += [" " * col + more for more in wrapped[1:]]
+    return "\n".join(lines)
 
 
-def help_markup(device_type: str, counters: str | None, role: str = TRAIN) -> str:
-    """The whole help text as one markup string, paragraphs separated by blank lines."""
-    paragraphs = ["[b]Keys[/b]\n" + keys_markup(role)]
+def help_markup(device_type: str, counters: str | None, role: str = TRAIN,
+                width: int | None = None) -> str:
+    """The whole help text as one markup string, paragraphs separated by blank lines
+    (``width``: keys_markup's)."""
+    paragraphs = ["[b]Keys[/b]\n" + keys_markup(role, width)]
     if counters:
         paragraphs.append("counters read from: " + escape(counters))
     paragraphs += counter_paragraphs(device_type)
@@ -129,6 +140,7 @@ class HelpScreen(ModalScreen[None]):
         self.device_type = device_type
         self.counters = counters
         self.role = role
+        self._text_width: int | None = None  # the width the keys were last wrapped to
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="help-body") as body:
@@ -138,6 +150,15 @@ class HelpScreen(ModalScreen[None]):
 
     def on_screen_resume(self) -> None:
         self.query_one("#help-body").focus()
+
+    def on_resize(self, event: events.Resize) -> None:
+        """The keys' lines wrapped under their text at the width the text now has (only when
+        it changed: an open stays a repaint)."""
+        text = self.query_one("#help-text", Static)
+        width = (text.content_region.width or text.size.width) - 2  # room for the scrollbar
+        if width > 0 and width != self._text_width:
+            self._text_width = width
+            text.update(help_markup(self.device_type, self.counters, self.role, width))
 
     def action_close(self) -> None:
         self.dismiss(None)
