@@ -3,8 +3,8 @@ so no cell's peaks carry the previous cell's allocations and no two torch proces
 cores (two at once slowed each other ~40×, docs/ARCHITECTURE.md). The child's threads are left as
 the environment sets them: it runs alone.
 
-Ctrl-C: the child (in its own session, so the terminal's signal reaches only the sweep) is asked
-to stop at its next step boundary; every finished cell is kept and the rest are listed as not run.
+Ctrl-C, SIGTERM or a lost terminal (SIGHUP): the child (in its own session, so the terminal's
+signal reaches only the sweep) is asked to stop at its next step boundary; every finished cell is kept and the rest are listed as not run.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import TextIO
 
 from probes.analysis.sweep import OK, Cell, cell_result, not_run_row, write_outputs
 from probes.tools.units import format_bytes, format_clock, format_rate
-from tui.output import say_all
+from tui.output import quiet_stdout, say_all
 
 CHILD_STOP_WAIT_S = 60.0  # after Ctrl-C: how long the cell in flight may take to stop
 EXIT_SIGINT = 130
@@ -159,13 +159,26 @@ def _run_cell(plan: SweepPlan, cell: Cell, index: int, progress: Progress) -> di
     return cell_result(cell, root, rc, time.monotonic() - t0)
 
 
-def _catch_sigint() -> signal.Handlers | None:
-    """Ctrl-C raises KeyboardInterrupt here (main thread only); returns the handler to restore."""
+def _catch_signals(received: list[int]) -> dict[int, object]:
+    """Ctrl-C, SIGTERM and a lost terminal (SIGHUP, unless ignored: nohup) raise
+    KeyboardInterrupt here (main thread only), the signal noted in ``received``; returns the
+    handlers to restore. Without it a SIGHUP killed the sweep before its files were written
+    and left the cell in flight running on its own (it is in its own session)."""
     import threading
 
     if threading.current_thread() is not threading.main_thread():
-        return None
-    return signal.signal(signal.SIGINT, signal.default_int_handler)
+        return {}
+
+    def interrupt(signum: int, _frame: object) -> None:
+        received.append(signum)
+        raise KeyboardInterrupt
+
+    old: dict[int, object] = {}
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        if sig == signal.SIGHUP and signal.getsignal(sig) is signal.SIG_IGN:
+            continue
+        old[sig] = signal.signal(sig, interrupt)
+    return old
 
 
 def run_sweep(plan: SweepPlan, out: TextIO | None = None, tty: bool | None = None,
@@ -181,7 +194,8 @@ def run_sweep(plan: SweepPlan, out: TextIO | None = None, tty: bool | None = Non
     progress._write(f"memtop: sweep folder {plan.folder} ({len(plan.cells)} cells)\n")
     # Ctrl-C stops the sweep even when it was started with SIGINT ignored (a shell's `&`
     # without job control), as `memtop train` handles it (tui/exit_guard.py)
-    old_handler = _catch_sigint()
+    received: list[int] = []
+    old_handlers = _catch_signals(received)
     try:
         for i, cell in enumerate(plan.cells):
             rows.append(_run_cell(plan, cell, i, progress))
@@ -198,8 +212,8 @@ def run_sweep(plan: SweepPlan, out: TextIO | None = None, tty: bool | None = Non
                 rows.append(not_run_row(cell, "interrupted while running (its partial run "
                                               f"folder is kept under {root})"))
     finally:
-        if old_handler is not None:
-            signal.signal(signal.SIGINT, old_handler)
+        for sig, handler in old_handlers.items():
+            signal.signal(sig, handler)
     done = {r["cell"] for r in rows}
     rows += [not_run_row(c) for c in plan.cells if c.key not in done]
     final = dict(meta, partial=False, interrupted=interrupted,
@@ -215,8 +229,12 @@ def run_sweep(plan: SweepPlan, out: TextIO | None = None, tty: bool | None = Non
     if interrupted:
         text += (f"memtop: interrupted; {len(data['not_run'])} cell(s) not run: "
                  + ", ".join(data["not_run"]) + "\n")
-    if out is sys.stdout:
-        say_all(text)  # `| head` ends the output, not the sweep's exit status
-    else:
-        out.write(text)
-    return (EXIT_SIGINT if interrupted else 0), data
+    with contextlib.suppress(OSError):  # a terminal gone (SIGHUP): the files are written
+        if out is sys.stdout:
+            say_all(text)  # `| head` ends the output, not the sweep's exit status
+        else:
+            out.write(text)
+    if signal.SIGHUP in received:
+        quiet_stdout()
+    status = 128 + received[0] if received else EXIT_SIGINT  # Ctrl-C without a handler: 130
+    return (status if interrupted else 0), data

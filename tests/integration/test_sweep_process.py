@@ -44,3 +44,33 @@ def test_real_sweep_interrupted_keeps_finished_cells(tmp_path):
     assert data["not_run"] == [rest["cell"]] and data["interrupted"] is True
     assert second.parent.is_dir()  # the partial cell's run folder is kept
     assert "1 cell(s) not run" in text
+
+
+@pytest.mark.slow
+def test_a_lost_terminal_ends_the_sweep_with_its_files(tmp_path):
+    """SIGHUP (a killed tmux pane) killed the sweep before it wrote sweep.json and left the
+    cell in flight training on its own: now it ends as for Ctrl-C, exit 129, the cell's
+    child stopped."""
+    out = tmp_path / "sweeps"
+    proc = start_cli("sweep", *SWEEP_ARGS, "--batch-size", "2", "--seq-len", "8,16", "--steps",
+                     "100000", "--out", str(out), stdout=subprocess.PIPE,
+                     stderr=subprocess.STDOUT, text=True)
+
+    def first_cell_started():
+        assert proc.poll() is None, proc.stdout.read()
+        found = list(out.glob("*/cells/*/*/metrics.jsonl"))
+        return found[0] if found and "run_started" in found[0].read_text() else None
+
+    try:
+        cell = wait_until(first_cell_started, "the first cell to start", timeout_s=240,
+                          poll_s=0.2)
+        proc.send_signal(signal.SIGHUP)
+        proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 129
+    data = json.loads(next(out.glob("*/sweep.json")).read_text())
+    assert data["interrupted"] is True and len(data["not_run"]) == 2
+    rows = [json.loads(line) for line in cell.read_text().splitlines()]
+    assert rows[-1]["event"] == "run_finished"  # the child was stopped, not left running
