@@ -61,8 +61,11 @@ class StatusBars:
             parts.append(f"failed at step {st.step}: {st.error or st.stop_reason or '?'}")
         elif st.finished:  # the header's word, with the reason when it says more
             reason = st.stop_reason or "?"
-            parts.append(f"{st.state} at step {st.step}" + (
-                "" if reason in ("finished", st.state) else f" ({reason})"))
+            if reason.startswith(st.state):  # "interrupted (terminal lost)" says it already
+                parts.append(f"{reason} at step {st.step}")
+            else:
+                parts.append(f"{st.state} at step {st.step}" + (
+                    "" if reason == "finished" else f" ({reason})"))
         elif self._quitting:
             parts.append("stopping: waiting for the step to end…")
         note = self.source.note

@@ -4,7 +4,8 @@ cores (two at once slowed each other ~40×, docs/ARCHITECTURE.md). The child's t
 the environment sets them: it runs alone.
 
 Ctrl-C, SIGTERM or a lost terminal (SIGHUP): the child (in its own session, so the terminal's
-signal reaches only the sweep) is asked to stop at its next step boundary; every finished cell is kept and the rest are listed as not run.
+signal reaches only the sweep) is asked to stop at its next step boundary; every finished cell
+is kept and the rest are listed as not run.
 """
 
 from __future__ import annotations

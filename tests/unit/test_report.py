@@ -85,7 +85,8 @@ def test_every_run_ends_with_a_report_consistent_with_metrics(finished_run):
     # a CPU run's peaks under the panes' names for them (probes/records/names.py), not CUDA's
     for name in ("peak heap used", "peak heap held", "peak RSS"):
         assert f"| {name} " in md
-    assert "peak allocated" not in md and "driver-level peak" not in md
+    assert "peak allocated" not in md.lower() and "driver-level peak" not in md
+    assert "Peak heap used: max of the sampled heap readings" in md
     assert "MiB heap used at the end of forward" in report["finding"]
 
 
@@ -101,7 +102,7 @@ def test_report_again_replaces_only_derived_files(finished_run, tmp_path, capsys
     before = run_digests(run_dir)
     assert cli_main(["report", str(run_dir)]) == 0
     out = capsys.readouterr().out.splitlines()  # where the report is, then what it found
-    assert out[0].startswith("memtop: report ") and out[1].startswith("  The run ended")
+    assert out[0].startswith("memtop: report ") and out[1].startswith("  The run finished")
     assert all(len(line) <= 100 for line in out[1:])  # wrapped to the terminal, at most 100
     first = write_report(run_dir)
     second = write_report(run_dir)

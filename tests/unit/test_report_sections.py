@@ -110,7 +110,7 @@ def test_report_md_follows_the_sections_order(tmp_path):
         "## Memory ledger", "## Profiler windows", "## Leak and memory events",
         "## Against the baseline", "## Errors"]
     finding = md.split("## Finding")[1].split("## Setup")[0]  # built last, rendered second
-    assert "The run ended (finished) after 5 steps" in finding and "largest ledger line" in finding
+    assert "The run finished after 5 steps" in finding and "largest ledger line" in finding
     ranks = md.split("## Ranks")[1].split("## Memory ledger")[0]  # counters by their one name
     assert "| heap peak " in ranks and "| peak heap held " in ranks and "| peak RSS " in ranks
     assert not re.search(r"peak alloc|peak resv|driver peak|driver-level", ranks)

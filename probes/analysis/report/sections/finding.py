@@ -112,7 +112,9 @@ def finding(r: dict[str, Any]) -> str:
         out.append(f"The run failed at step {err.get('step')}: {err.get('type')}: "
                    f"{err.get('message')}.")
     else:
-        out.append(f"The run ended ({reason}) after {res['steps_recorded']} steps.")
+        steps = res["steps_recorded"]
+        out.append(f"The run finished after {steps} steps." if reason == "finished" else
+                   f"The run ended after {steps} steps: {reason}.")
     rate = next(((res[k], unit) for k, unit in (("tokens_per_s_p50", "tokens/s"),
                                                ("samples_per_s_p50", "samples/s"))
                  if res.get(k) is not None), None)

@@ -15,7 +15,8 @@ from probes.tools.units import format_rate
 
 def infer_finding(r: dict[str, Any]) -> str:
     res = r["results"]
-    out = [f"The run ended ({r['status']['reason']})."]
+    reason = r["status"]["reason"]
+    out = ["The run finished." if reason == "finished" else f"The run ended: {reason}."]
     pre, dec = res["prefill_tokens_per_s"], res["decode_tokens_per_s"]
     if pre and dec:
         out.append(f"Prefill read {format_rate(pre)} tokens/s and decode made "

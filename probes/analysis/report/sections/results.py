@@ -34,17 +34,23 @@ def _peak(rows: list[dict], key: str) -> int | None:
     return int(max(vals)) if vals else None
 
 
-def peaks_note(finished: dict[str, Any] | None) -> str:
-    """PEAKS_NOTE, and on CPU how often the end-of-forward heap read (the activations' peak)
-    was taken: where it was skipped for its cost the sampled peak can miss that height."""
+def peaks_note(finished: dict[str, Any] | None, device: str = "cpu") -> str:
+    """How the peaks were taken, in the device's counter names; on CPU how often the
+    end-of-forward heap read (the activations' peak) was taken: where it was skipped for its
+    cost the sampled peak can miss that height."""
+    if str(device).startswith("cuda"):
+        return PEAKS_NOTE
+    note = ("Peak heap used: max of the sampled heap readings since warmup (end of step, end of "
+            "forward while that read is cheap, the ledger's snapshots); heap held and RSS: max "
+            f"of step-end samples; {R.PEAK_RULE}")
     finished = finished or {}
     taken = finished.get("mid_step_heap_reads")
     skipped = finished.get("mid_step_heap_reads_skipped")
-    if not (is_int(taken) and is_int(skipped)) or taken + skipped == 0:
-        return PEAKS_NOTE
-    return (f"{PEAKS_NOTE}. CPU: the end-of-forward heap read was taken at {taken:,} of "
+    if not (is_int(taken) and is_int(skipped)) or not skipped:
+        return note
+    return (f"{note}. The end-of-forward heap read was taken at {taken:,} of "
             f"{taken + skipped:,} forward passes (skipped where it cost over 0.2% of a step), so "
-            "the heap peak is a lower bound" if skipped else PEAKS_NOTE)
+            "the heap peak is a lower bound")
 
 
 def train_results(config: dict[str, Any], steps: list[dict], started: dict,
@@ -69,6 +75,7 @@ def train_results(config: dict[str, Any], steps: list[dict], started: dict,
     achieved = flops["flops_per_token"] * tps50 if flops and tps50 else None
     mfu = achieved / peak_fs if achieved and peak_fs else None
     tokens_per_step = _tokens_per_step(config, started)
+    device = str(last.get("device") or started.get("device") or "")
     return {
         "steps_recorded": len(steps),
         "last_step": last.get("step"),
@@ -84,8 +91,8 @@ def train_results(config: dict[str, Any], steps: list[dict], started: dict,
         "peak_reserved_bytes": _peak(peak_rows, "reserved_bytes"),
         "driver_peak_bytes": _peak(steps, "driver_used_bytes"),
         "host_rss_peak_bytes": _peak(steps, "host_rss_bytes"),
-        "peaks_note": peaks_note(finished),
-        "device": str(last.get("device") or started.get("device") or ""),
+        "peaks_note": peaks_note(finished, device),
+        "device": device,
         **_allocator(last, str(started.get("device") or "")),
         "skipped_steps": last.get("skipped_steps") if is_int(last.get("skipped_steps")) else 0,
         "wall_s": finite_num(last.get("time_s")),
@@ -145,7 +152,7 @@ def render(section: dict[str, Any], report: dict[str, Any]) -> list[str]:
         *peak_rows(res),
         ["skipped steps", res["skipped_steps"]],
         ["FLOPs/token", f"{res['flops_per_token']:,}" if res["flops_per_token"] else None],
-        ["achieved FLOP/s", format_rate(res["achieved_flops_per_s"], "FLOP/s")],
+        ["achieved FLOP/s", format_rate(res["achieved_flops_per_s"], " FLOP/s")],
         ["MFU", format_pct(res["mfu"])],
     ]
     if res.get("cache_free_bytes") is not None or res.get("alloc_retries") is not None:
