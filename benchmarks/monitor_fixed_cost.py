@@ -72,7 +72,8 @@ def measure(rounds: int, split: bool = False) -> dict[str, list[float]]:
     torch.set_num_threads(1)  # a tiny model: thread hand-offs would dominate
     x = torch.randn(4, 4)
     out: dict[str, list[float]] = {"plain": [], "monitored": [], "heap_read": [], "no_split": [],
-                                   "no_split_b": [], "plain_hooks": []}
+                                   "no_split_b": [], "plain_hooks": [], "empty": []}
+    one = torch.tensor(1.0)
     with tempfile.TemporaryDirectory() as tmp:
         def side(monitor: bool = True, step_split: bool = True) -> tuple[Any, Any, Any]:
             model = torch.nn.Linear(4, 4)  # one Monitor per model
@@ -95,8 +96,15 @@ def measure(rounds: int, split: bool = False) -> dict[str, list[float]]:
             one_step(model, opt, x, mon)
 
         names = list(sides)
+        empty_mon = side()[2]  # a Monitor whose steps hold no torch work: its bookkeeping alone
+
+        def empty_step() -> None:
+            with empty_mon.step() as s:
+                s.set(loss=one)
+
         for i in range(4 * BLOCK):  # warm every path
             step(names[i % len(names)])
+            empty_step()
         for r in range(rounds):
             for name in (names if r % 2 == 0 else names[::-1]):
                 t0 = time.perf_counter()
@@ -106,7 +114,11 @@ def measure(rounds: int, split: bool = False) -> dict[str, list[float]]:
             t0 = time.perf_counter()
             heap_counters()
             out["heap_read"].append((time.perf_counter() - t0) * 1e6)
-        for _model, _opt, mon in sides.values():
+            t0 = time.perf_counter()
+            for _ in range(BLOCK):
+                empty_step()
+            out["empty"].append((time.perf_counter() - t0) / BLOCK * 1e6)
+        for _model, _opt, mon in [*sides.values(), (None, None, empty_mon)]:
             if mon is not None:
                 mon.close()
     return out
@@ -181,7 +193,9 @@ def main() -> None:
         f"| one heap read (mallinfo2): once at the step's end on CPU, and after the forward "
         f"while it costs ≤ 1% of a step | "
         f"{median(res['heap_read']):.0f} µs | {min(res['heap_read']):.0f}–"
-        f"{max(res['heap_read']):.0f} |")
+        f"{max(res['heap_read']):.0f} |\n"
+        f"| a monitored step around no torch work (memtop's bookkeeping alone, its code warm) | "
+        f"{median(res['empty']):.0f} µs | {min(res['empty']):.0f}–{max(res['empty']):.0f} |")
     if args.split:
         split = [m - n for m, n in zip(res["monitored"], res["no_split"], strict=True)]
         aa = [b - n for b, n in zip(res["no_split_b"], res["no_split"], strict=True)]
