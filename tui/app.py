@@ -324,6 +324,8 @@ class MemtopApp(LiveEvents, StatusBars, RanksView, AppActions, NoticeLog, App[in
         if keys != getattr(self, "_footer_keys", None):
             self._footer_keys = keys
             self.refresh_bindings()
+            if role == ENDED:
+                self.leak_banner.run_ended()
             if role == ENDED and not self.ops_table.ops:
                 self.ops_table.set_note("no profiler window in this run (it has ended)")
 

@@ -185,3 +185,20 @@ async def test_top_ops_and_ledger_share_a_short_side_column(make_app, size):
             assert ledger.height == lines + 2 and ops.height == side.height - ledger.height
         else:
             assert ledger.height < lines + 2
+            assert app.ledger.max_scroll_y > 0  # a scrollbar says the rest is there
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)])
+async def test_a_leak_open_at_the_runs_end_says_so_and_offers_no_w(make_app, size):
+    """A finished run's banner went on projecting and pointing at `w`, which it no longer
+    offers."""
+    app = make_app(autostart=False)
+    async with app.run_test(size=size) as pilot:
+        app.ring.push(Event("leak_suspected", 60, 3.0, {
+            "counter": "host_heap", "bytes_per_step": 153600, "since_step": 41,
+            "hint": "a retained autograd graph, likely"}))
+        await wait_for(pilot, lambda: "w names the holder" in app.leak_banner.text, "banner")
+        app.ring.push(Event("run_finished", 70, 4.0, {"reason": "stopped by user"}))
+        await wait_for(pilot, lambda: "at the end" in app.leak_banner.text
+                       or "at the run's end" in app.leak_banner.text, "the ended banner")
+        assert "w names" not in app.leak_banner.text and "w" not in app.active_bindings

@@ -35,6 +35,7 @@ class LeakBanner(TextLine):
         super().__init__("", id=id)
         self.alerts: dict[str, dict[str, Any]] = {}
         self._cleared_at: float | None = None
+        self.ended = False  # the run is over: its ETAs were at its end, and w looks no more
 
     def suspected(self, step: int, data: dict[str, Any]) -> None:
         counter = str(data.get("counter", "?"))
@@ -48,6 +49,14 @@ class LeakBanner(TextLine):
         if counter in self.alerts:
             self.alerts[counter].update(data)
             self._render_alerts()
+
+    def run_ended(self) -> None:
+        """The run is over (or a viewer opened a finished one): say the alert was open at its
+        end, and offer no `w`, which has no run to look into."""
+        if not self.ended:
+            self.ended = True
+            if self.alerts:
+                self._render_alerts()
 
     def cleared(self, step: int, data: dict[str, Any]) -> None:
         counter = str(data.get("counter", "?"))
@@ -71,11 +80,14 @@ class LeakBanner(TextLine):
     def _render_alerts(self) -> None:
         compact = (self.size.width or self.app.size.width) < 100
         head = "LEAK: " if compact else "LEAK SUSPECTED: "
+        if self.ended:
+            head = "LEAK at the end: " if compact else "LEAK SUSPECTED, open at the run's end: "
         room = (self.size.width or self.app.size.width) - 2 - len(head)  # less the padding
         lines, hint = leak_banner_text(self.alerts, compact, room)
         text = head + lines.replace("\n", "\n" + head)
         if hint:
-            text += f"\na guess from the rate (w names the holder): {hint}"
+            looks = "" if self.ended else " (w names the holder)"
+            text += f"\na guess from the rate{looks}: {hint}"
         self._show(text, cleared=False)
 
     def _show(self, text: str, cleared: bool) -> None:

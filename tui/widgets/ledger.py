@@ -40,6 +40,8 @@ class LedgerPane(Vertical):
         max-height: 14;
         width: 1fr;
         border: round $primary-background-lighten-2;
+        overflow-y: auto;  /* a short column: a scrollbar says there is more (mouse wheel) */
+        scrollbar-size-vertical: 1;
     }
     LedgerPane > Static { height: auto; width: 1fr; padding: 0 1; }
     LedgerPane.-empty { height: auto; }
