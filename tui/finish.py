@@ -30,8 +30,12 @@ def baseline_summary(report_json: Path) -> list[str]:
     """With --baseline: the speed and peak verdicts, one line each (the report has the rest)."""
     import json
 
+    from probes.records.names import peak_name
+
     try:
-        section = json.loads(report_json.read_text(encoding="utf-8")).get("baseline")
+        report = json.loads(report_json.read_text(encoding="utf-8"))
+        section = report.get("baseline")
+        device = str((report.get("results") or {}).get("device") or "cpu")
     except (OSError, ValueError, AttributeError):
         return []
     if not isinstance(section, dict):
@@ -43,5 +47,6 @@ def baseline_summary(report_json: Path) -> list[str]:
     lines = [f"memtop: vs baseline {Path(str(section.get('run'))).name}: tokens/s "
              f"{c.get('tokens_per_s_verdict')}"]
     if peak is not None:
-        lines.append(f"memtop: vs baseline: peak allocated {(peak - 1) * 100:+.1f}%")
+        lines.append(f"memtop: vs baseline: {peak_name('allocated', device)} "
+                     f"{(peak - 1) * 100:+.1f}%")
     return lines

@@ -114,8 +114,9 @@ def drive(runner: Any, control: RunControl, run_dir: Path, out: TextIO) -> int:
             pass
         finish_run(run_dir, out)  # the report, from the rows on disk
     except KeyboardInterrupt:
-        print("memtop: interrupted again; metrics.jsonl holds every finished step",
-              file=out, flush=True)
+        with contextlib.suppress(OSError, ValueError):  # the terminal may be gone (SIGHUP)
+            print("memtop: interrupted again; metrics.jsonl holds every finished step",
+                  file=out, flush=True)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -20,7 +20,14 @@ from probes.analysis.ranks import failure_text, rank_ends, read_process_exits
 from probes.records import Record, StepSample
 from probes.runfolder import TORCHRUN_LOG, metrics_files
 from trainer.config import TrainConfig
-from trainer.exit_codes import EXIT_FAILED, EXIT_MEMORY_GUARD, EXIT_OK, EXIT_SIGINT, EXIT_SIGTERM
+from trainer.exit_codes import (
+    EXIT_FAILED,
+    EXIT_MEMORY_GUARD,
+    EXIT_OK,
+    EXIT_SIGHUP,
+    EXIT_SIGINT,
+    EXIT_SIGTERM,
+)
 from trainer.launch import KILL_GRACE_S, RankLaunch, rank_threads
 from tui.headless import (
     HeadlessPrinter,
@@ -122,16 +129,21 @@ def run_ranks_headless(config: TrainConfig, run_dir: Path, log_every: int = 10,
     received: list[int] = []
 
     def on_signal(signum: int, _frame: object) -> None:
+        if signum == signal.SIGHUP and signal.SIGHUP in received:
+            return  # a terminal's repeated hangup is not an "again, at once"
         received.append(signum)
         name = signal.Signals(signum).name
         if len(received) == 1:
             say(out, f"memtop: {name} received, stopping every rank at the same step "
                      "(again to end them at once)")
-        launch.stop(f"interrupted ({name})", follower.typical_step_ms())
+        launch.stop("interrupted (terminal lost)" if signum == signal.SIGHUP else
+                    f"interrupted ({name})", follower.typical_step_ms())
 
     previous = {}
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            if sig == signal.SIGHUP and signal.getsignal(sig) is signal.SIG_IGN:
+                continue  # nohup: the ranks are meant to outlive the terminal
             previous[sig] = signal.signal(sig, on_signal)
     try:
         launch.start()
@@ -152,7 +164,8 @@ def run_ranks_headless(config: TrainConfig, run_dir: Path, log_every: int = 10,
     if metrics_files(run_dir):
         finish_run(run_dir, out)
     if received:
-        return EXIT_SIGINT if received[0] == signal.SIGINT else EXIT_SIGTERM
+        return {signal.SIGINT: EXIT_SIGINT, signal.SIGHUP: EXIT_SIGHUP}.get(received[0],
+                                                                             EXIT_SIGTERM)
     return ranks_exit_code(run_dir, code)
 
 

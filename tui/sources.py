@@ -235,8 +235,9 @@ class FolderSource(RunSource):
         self.bad = self._history_bad + sum(f.bad for f in self.followers.values())
         for rank, follower in self.followers.items():
             rows = follower.poll()
-            if rows:
-                self._rows_at = time.monotonic()
+            if rows:  # it writes: live (a ping that failed before its socket existed, or
+                self._rows_at = time.monotonic()  # timed out once, is not the last word)
+                self.not_live = None
             for r in _records(rows):
                 out.append(r)
                 if isinstance(r, StepSample):
@@ -278,7 +279,8 @@ class FolderSource(RunSource):
         return "; ".join(parts) or None
 
     def sockets(self) -> list[Path]:
-        return [self.run_dir / socket_name(rank) for rank in self.followers or {None: None}]
+        # a copy: the ping's thread reads it while poll() may add a rank's follower
+        return [self.run_dir / socket_name(rank) for rank in list(self.followers) or [None]]
 
     def request(self, kind: str, at_step: int | None = None, reason: str | None = None) \
             -> str | None:

@@ -171,6 +171,8 @@ def _catch_signals(received: list[int]) -> dict[int, object]:
         return {}
 
     def interrupt(signum: int, _frame: object) -> None:
+        if signum == signal.SIGHUP and signal.SIGHUP in received:
+            return  # a terminal's repeated hangup: the cell in flight is already stopping
         received.append(signum)
         raise KeyboardInterrupt
 
@@ -213,8 +215,8 @@ def run_sweep(plan: SweepPlan, out: TextIO | None = None, tty: bool | None = Non
                 rows.append(not_run_row(cell, "interrupted while running (its partial run "
                                               f"folder is kept under {root})"))
     finally:
-        for sig, handler in old_handlers.items():
-            signal.signal(sig, handler)
+        for sig, handler in old_handlers.items():  # a hangup now must not cut the files short
+            signal.signal(sig, signal.SIG_IGN if sig == signal.SIGHUP else handler)
     done = {r["cell"] for r in rows}
     rows += [not_run_row(c) for c in plan.cells if c.key not in done]
     final = dict(meta, partial=False, interrupted=interrupted,
@@ -237,5 +239,7 @@ def run_sweep(plan: SweepPlan, out: TextIO | None = None, tty: bool | None = Non
             out.write(text)
     if signal.SIGHUP in received:
         quiet_stdout()
+    if signal.SIGHUP in old_handlers:
+        signal.signal(signal.SIGHUP, old_handlers[signal.SIGHUP])
     status = 128 + received[0] if received else EXIT_SIGINT  # Ctrl-C without a handler: 130
     return (status if interrupted else 0), data

@@ -176,3 +176,22 @@ async def test_viewer_says_a_run_that_died_is_not_live(tmp_path, monkeypatch):
         await wait_for(pilot, lambda: "NOT LIVE" in app.header_bar.text, "NOT LIVE")
         assert "RUNNING" not in app.header_bar.text
         assert "not live" in app.status_line.text
+
+
+def test_rows_arriving_make_a_run_live_again(tmp_path):
+    """A ping that failed (the socket not made yet, a timeout) left a run that went on writing
+    marked not live for good."""
+    from factories import METRICS, write_run
+
+    from tui.sources import FolderSource
+
+    run = write_run(tmp_path / "run", steps=5)
+    rows = (run / METRICS).read_text().splitlines()
+    (run / METRICS).write_text("\n".join(rows[:3]) + "\n")
+    source = FolderSource(run)
+    source.start()
+    source.not_live = "the socket is not there yet"
+    assert not source.live
+    with open(run / METRICS, "a", encoding="utf-8") as f:
+        f.write(rows[3] + "\n")
+    assert source.poll() and source.not_live is None and source.live

@@ -52,7 +52,8 @@ def phase_lines(p: Mapping[str, Any] | None) -> list[str]:
     out = ["- Step split (medians): " + "; ".join(parts)]
     moved = p["moved"]
     if moved is None:
-        out.append("- The change moved no phase measurably (by 1% of the step or more)")
+        out.append(f"- The change moved no phase measurably (by {MIN_MOVE_SHARE:.0%} of the step "
+                   "or more)")
     else:
         c = p["phases"][moved]
         out.append(f"- The change moved {SPLIT_LABELS[moved]} most: {c['delta_ms']:+.2f} ms "
