@@ -13,6 +13,16 @@ from factories import SWEEP_ARGS, start_cli, wait_until
 from probes.analysis.sweep import NOT_RUN, OK
 
 
+def _started(proc, out, cells: str):
+    """A wait_until condition: the metrics file of a cell matching ``cells`` once its
+    run_started row is written (the sweep still running)."""
+    def started():
+        assert proc.poll() is None, proc.stdout.read()
+        found = list(out.glob(f"*/cells/{cells}/*/metrics.jsonl"))
+        return found[0] if found and "run_started" in found[0].read_text() else None
+    return started
+
+
 @pytest.mark.slow
 def test_real_sweep_interrupted_keeps_finished_cells(tmp_path):
     """Two tiny cells; Ctrl-C while the second runs: the first is kept with its figures, the
@@ -21,15 +31,9 @@ def test_real_sweep_interrupted_keeps_finished_cells(tmp_path):
     proc = start_cli("sweep", *SWEEP_ARGS, "--batch-size", "2", "--seq-len", "8,16", "--steps",
                      "200", "--out", str(out), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                      text=True)
-
-    def second_cell_started():  # its run_started row is written: 202 steps still to go
-        assert proc.poll() is None, proc.stdout.read()
-        found = list(out.glob("*/cells/b2-t16-*/*/metrics.jsonl"))
-        return found[0] if found and "run_started" in found[0].read_text() else None
-
-    try:
-        second = wait_until(second_cell_started, "the second cell to start", timeout_s=240,
-                            poll_s=0.2)
+    try:  # the second cell's run_started row is written: 202 steps still to go
+        second = wait_until(_started(proc, out, "b2-t16-*"), "the second cell to start",
+                            timeout_s=240, poll_s=0.2)
         proc.send_signal(signal.SIGINT)
         text, _ = proc.communicate(timeout=120)
     finally:
@@ -55,14 +59,8 @@ def test_a_lost_terminal_ends_the_sweep_with_its_files(tmp_path):
     proc = start_cli("sweep", *SWEEP_ARGS, "--batch-size", "2", "--seq-len", "8,16", "--steps",
                      "100000", "--out", str(out), stdout=subprocess.PIPE,
                      stderr=subprocess.STDOUT, text=True)
-
-    def first_cell_started():
-        assert proc.poll() is None, proc.stdout.read()
-        found = list(out.glob("*/cells/*/*/metrics.jsonl"))
-        return found[0] if found and "run_started" in found[0].read_text() else None
-
     try:
-        cell = wait_until(first_cell_started, "the first cell to start", timeout_s=240,
+        cell = wait_until(_started(proc, out, "*"), "the first cell to start", timeout_s=240,
                           poll_s=0.2)
         proc.send_signal(signal.SIGHUP)
         proc.communicate(timeout=120)
