@@ -30,7 +30,6 @@ from probes.runfolder.state import RunState
 from probes.tools.ring import Ring
 from tui.app_actions import AppActions
 from tui.app_ranks import RanksView
-from tui.key_roles import ENDED, key_role
 from tui.live_events import LiveEvents
 from tui.notices import NoticeLog
 from tui.panes import PANES, chart_labels, grid_size, pane_labels, sample_values
@@ -315,19 +314,6 @@ class MemtopApp(LiveEvents, StatusBars, RanksView, AppActions, NoticeLog, App[in
         self._check_role()
         self._check_failed()
         self._maybe_freeze_gc()
-
-    def _check_role(self) -> None:
-        """When the run ends (or a viewer learns it is one), the footer drops the keys that
-        can no longer do anything, and top ops stops offering p (tui/key_roles.py)."""
-        role = key_role(self)
-        keys = (role, self.want_paused)
-        if keys != getattr(self, "_footer_keys", None):
-            self._footer_keys = keys
-            self.refresh_bindings()
-            if role == ENDED:
-                self.leak_banner.run_ended()
-            if role == ENDED and not self.ops_table.ops:
-                self.ops_table.set_note("no profiler window in this run (it has ended)")
 
     def _poll_first_sample(self) -> None:
         """Until the first sample is shown: a len() per poll, a refresh once records wait."""

@@ -19,7 +19,7 @@ from typing import Any, TextIO
 
 from textual import work
 
-from tui.key_roles import action_shown, key_role
+from tui.key_roles import ENDED, action_shown, key_role
 from tui.widgets.confirm import ConfirmScreen
 from tui.widgets.help_screen import HelpScreen
 
@@ -170,6 +170,21 @@ class AppActions:
             views = tuple(v for v in views if v not in SIDE_BY_SIDE)
         current = self.view if self.view in views else "chart"
         self.set_view(views[(views.index(current) + 1) % len(views)])
+
+    def _check_role(self: Any) -> None:
+        """When the run ends (or a viewer learns it is one) or a pause is asked for, the
+        footer shows the keys that still do something; an ended run's leak banner and top
+        ops say it has ended (tui/key_roles.py)."""
+        role = key_role(self)
+        keys = (role, self.want_paused)
+        if keys == getattr(self, "_footer_keys", None):
+            return
+        self._footer_keys = keys
+        self.refresh_bindings()
+        if role == ENDED:
+            self.leak_banner.run_ended()
+            if not self.ops_table.ops:
+                self.ops_table.set_note("no profiler window in this run (it has ended)")
 
     def check_action(self: Any, action: str, parameters: tuple[object, ...]) -> bool | None:
         """The footer offers only the keys this dashboard's role can use (tui/key_roles.py)."""

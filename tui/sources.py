@@ -235,9 +235,8 @@ class FolderSource(RunSource):
         self.bad = self._history_bad + sum(f.bad for f in self.followers.values())
         for rank, follower in self.followers.items():
             rows = follower.poll()
-            if rows:  # it writes: live (a ping that failed before its socket existed, or
-                self._rows_at = time.monotonic()  # timed out once, is not the last word)
-                self.not_live = None
+            if rows:  # it writes, so it lives, whatever a ping said before
+                self._rows_at, self.not_live = time.monotonic(), None
             for r in _records(rows):
                 out.append(r)
                 if isinstance(r, StepSample):

@@ -49,7 +49,8 @@ def peaks_note(finished: dict[str, Any] | None, device: str = "cpu") -> str:
     if not (is_int(taken) and is_int(skipped)) or not skipped:
         return note
     return (f"{note}. The end-of-forward heap read was taken at {taken:,} of "
-            f"{taken + skipped:,} forward passes (skipped where it cost over 0.2% of a step), so "
+            f"{taken + skipped:,} forward passes (skipped where it cost over 0.2% of a step or "
+            "the end-of-step read was spread for its cost), so "
             "the heap peak is a lower bound")
 
 
