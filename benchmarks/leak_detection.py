@@ -19,7 +19,8 @@ from typing import Any
 from common import append_results, machine
 
 from probes.control.requests import RunControl
-from probes.instruments.leak import LeakDetectorConfig, LeakWatch
+from probes.instruments.leak import LeakDetectorConfig
+from probes.instruments.leakwatch import LeakWatch
 from probes.monitor import default_hooks
 from probes.records import Event, StepSample
 from probes.runfolder import create_run_dir

@@ -11,8 +11,9 @@ StepHook (hooks.py): ``setup(ctx)`` once, ``step_context(step)`` around the step
     Monitor(model, opt, extra_hooks=[CountSteps()])
 
 Modules: hooks (StepHook, RunContext), profwindow (the window's state machine) and proftrace
-(what it writes, stderr kept off the terminal), leak (LeakDetector, LeakWatch), ledger (the
-Ledger hook and its formulas) and tensor_bytes (bytes by storage, what autograd saves), hints.
+(what it writes, stderr kept off the terminal), leak (LeakDetector: the rule) and leakwatch
+(LeakWatch: the hook that feeds it), ledger (the Ledger hook and its formulas) and tensor_bytes
+(bytes by storage, what autograd saves), hints.
 Names load lazily (probes/tools/lazy.py): these modules import torch.
 """
 
@@ -26,7 +27,8 @@ _EXPORTS = {
     **dict.fromkeys(("TRACE_NAME", "analyse_in_process", "export_trace", "stderr_to"),
                     ".proftrace"),
     **dict.fromkeys(("LeakAlert", "LeakCleared", "LeakDetector", "LeakDetectorConfig",
-                     "LeakWatch", "likely_cause", "theil_sen_slope"), ".leak"),
+                     "theil_sen_slope"), ".leak"),
+    **dict.fromkeys(("LeakWatch", "likely_cause"), ".leakwatch"),
     **dict.fromkeys(("Ledger", "SAMPLE_EVERY", "activation_prediction"), ".ledger"),
     **dict.fromkeys(("SavedTensorMeter", "classify", "storage_key", "unique_bytes"),
                     ".tensor_bytes"),

@@ -22,30 +22,20 @@ again. An alert needs all of these over a trailing window of at least ``min_step
 
 Limits: growth that lasts longer than ``high_water_steps`` steps and is then released (a very long
 sawtooth) is reported, and cleared when it is released: it is a leak for that long.
-``LeakWatch`` is the ``StepHook`` that feeds the detector from a training run.
+``LeakWatch`` (leakwatch.py) is the ``StepHook`` that feeds the detector from a training run.
 """
 
 from __future__ import annotations
 
-import os
 import statistics
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
-from probes import records as R
-from probes.counters.fill import FillForecast, FillTracker, filling_counter
-from probes.counters.host import host_available_bytes
-from probes.counters.memory import heap_counters
-from probes.instruments.hooks import RunContext, StepHook, StepTensors
-from probes.instruments.leakcause import likely_cause
-from probes.records import Event, StepSample
 from probes.tools.stats import theil_sen_slope
 
 _MAD_TO_SIGMA = 1.4826  # median absolute deviation -> standard deviation for normal noise
 _SQRT3 = 3 ** 0.5
-_NOT_READ: Any = object()  # LeakWatch: a series not read at this step (no point, no gap)
 
 
 @dataclass
@@ -232,185 +222,3 @@ class LeakDetector:
         self.active = None
         return LeakCleared(counter=self.counter, step=step, since_step=since, alert=alert)
 
-
-def forecast_fields(fc: FillForecast | None) -> dict[str, Any]:
-    """A forecast as event fields (leak_suspected, leak_forecast); None values without one."""
-    if fc is None:
-        return {"fill_counter": None, "limit_name": None, "capacity_bytes": None,
-                "fill_bytes_per_step": None, "steps_to_full": None, "seconds_to_full": None}
-    return {"fill_counter": fc.counter, "limit_name": fc.limit_name,
-            "capacity_bytes": fc.room_bytes, "fill_bytes_per_step": int(round(fc.bytes_per_step)),
-            "steps_to_full": fc.steps_to_full, "seconds_to_full": fc.seconds_to_full}
-
-
-# the hook ----------------------------------------------------------------------------------------
-class LeakWatch(StepHook):
-    """Feeds end-of-step device allocated (CUDA) and the host heap to a detector each, and emits
-    ``leak_suspected`` / ``leak_cleared`` events.
-
-    On CPU the sampled "allocated" is the host heap, so there is one series (process RSS where
-    glibc's mallinfo2 is missing: coarser, but it still grows with a leak). Warmup steps, steps
-    the profiler traced (``sample.profiling``: its wait, warmup and active steps, not the
-    table's analysis, which runs in a child process) and ``settle_steps`` after them (the
-    trace's export frees the profiler's buffers into the next steps' heap readings),
-    and the jump across a pause (the UI thread allocates in the same heap meanwhile) or across
-    an evaluation or a checkpoint save between steps (``between_steps``) are left out.
-
-    On CUDA the host heap (a mallinfo2 walk, 5–100 µs) is read every ``host_heap_every`` steps
-    (issue 28); its detector fits bytes/step over the steps it gets, so a host leak is found
-    ``host_heap_every`` times more steps later. The device series is fed every step.
-    """
-
-    batched = True  # reads only the row: end_step may run in a batch (hooks.py)
-
-    FORECAST_EVERY_S = 3.0  # while an alert is open, its time to full is recomputed this often
-
-    def __init__(self, config: LeakDetectorConfig | None = None, settle_steps: int = 3,
-                 pause_gap_s: float = 1.0, host_heap_every: int = 10) -> None:
-        if settle_steps < 0:
-            raise ValueError(f"settle_steps must be zero or positive, got {settle_steps}")
-        if not isinstance(host_heap_every, int) or host_heap_every < 1:
-            raise ValueError(f"host_heap_every must be a positive integer, got {host_heap_every}")
-        self.host_heap_every = host_heap_every
-        if not pause_gap_s > 0:
-            raise ValueError(f"pause_gap_s must be greater than zero, got {pause_gap_s}")
-        self.config = config or LeakDetectorConfig()
-        self.settle_steps = settle_steps
-        self.pause_gap_s = pause_gap_s
-        self.detectors: dict[str, LeakDetector] = {}
-        self.alerts: dict[str, dict[str, Any]] = {}  # counter -> data of the open alert
-        self.ignored_steps = 0  # warmup, profiler window and settling steps
-        self.pauses_seen = 0
-        self._warmup = 0
-        self._settle_until = 0
-        self._prev_time_s: float | None = None
-        self._is_cuda = False
-        self._available_at_s: float | None = None  # when MemAvailable was last read
-        self._available: int | None = None
-        self.fill = FillTracker()  # the counter that fills the limit (probes/counters/fill.py)
-        self._limit: int | None = None
-        self._sharers = 1
-        self._forecast_at_s: float | None = None
-
-    def setup(self, ctx: RunContext) -> None:
-        super().setup(ctx)
-        self._warmup = ctx.warmup_steps
-        self._is_cuda = ctx.device.type == "cuda"
-        host = "host_heap" if heap_counters() is not None else "host_rss"  # RSS: not glibc
-        counters = ("device_allocated", host) if self._is_cuda else (host,)
-        self.detectors = {name: LeakDetector(name, self.config) for name in counters}
-        self._limit = ctx.max_memory_bytes
-        # ranks on one host fill its RAM together; a GPU is one rank's (or --max-memory is)
-        local = os.environ.get("LOCAL_WORLD_SIZE", "1")
-        self._sharers = int(local) if (local.isdigit() and not self._is_cuda
-                                       and self._limit is None) else 1
-
-    def end_step(self, step: int, tensors: StepTensors, sample: StepSample) -> None:
-        gap_s = None
-        if self._prev_time_s is not None:
-            gap_s = sample.time_s - self._prev_time_s - sample.step_ms / 1000.0
-        self._prev_time_s = sample.time_s
-        if sample.profiling:
-            self._settle_until = step + self.settle_steps
-        if step <= self._warmup or sample.profiling or step <= self._settle_until:
-            self.ignored_steps += 1
-            self._gap()
-            return
-        if gap_s is not None and gap_s > self.pause_gap_s:
-            self.pauses_seen += 1
-            self._gap()  # paused: the next delta starts after the pause
-        values = {"device_allocated": sample.allocated_bytes, "host_heap": sample.allocated_bytes,
-                  "host_rss": sample.host_rss_bytes}
-        if not tensors.heap_fresh:  # CPU: the row repeats an earlier heap read (its cost)
-            values["host_heap"] = _NOT_READ
-        elif self._is_cuda:
-            if step % self.host_heap_every == 0:
-                heap = heap_counters()
-                values["host_heap"] = heap[0] if heap else None
-            else:
-                values["host_heap"] = _NOT_READ  # not this step's turn: no point, no gap
-        output_bytes = tensors.output_bytes
-        where = self._where(sample)
-        self.fill.feed(step, sample.time_s, where[2] if where else None)
-        for name, detector in self.detectors.items():
-            value = values[name]
-            if value is _NOT_READ:
-                continue
-            if value is None:
-                detector.mark_gap()
-                continue
-            result = detector.feed(step, value)
-            if isinstance(result, LeakAlert):
-                self._suspected(result, sample, output_bytes)
-            elif isinstance(result, LeakCleared):
-                alert = self.alerts.pop(name, None) or {}
-                self.ctx.emit(Event(R.LEAK_CLEARED, step, self.ctx.elapsed_s(), {
-                    "counter": name, "since_step": result.since_step,
-                    "alert_step": result.alert.step, "host_rss_bytes": sample.host_rss_bytes,
-                    "alert_rss_bytes": alert.get("host_rss_bytes")}))
-        self._maybe_forecast(step, sample)
-
-    def _where(self, sample: StepSample) -> tuple[str, str, int, int] | None:
-        return filling_counter(
-            "cuda" if self._is_cuda else "cpu", self._limit, rss_bytes=sample.host_rss_bytes,
-            reserved_bytes=sample.reserved_bytes, driver_used_bytes=sample.driver_used_bytes,
-            device_total_bytes=self.ctx.device_total_bytes,
-            host_available=None if self._is_cuda or self._limit else
-            self._host_available(sample.time_s))
-
-    def _host_available(self, now_s: float) -> int | None:
-        """MemAvailable, read at most once a second: /proc/meminfo costs ~50 µs, the step
-        path's whole budget (issue 28), and the room it gives changes slowly."""
-        if self._available_at_s is None or now_s - self._available_at_s >= 1.0:
-            self._available_at_s, self._available = now_s, host_available_bytes()
-        return self._available
-
-    def forecast(self, sample: StepSample, alert: dict[str, Any] | None = None
-                 ) -> FillForecast | None:
-        """Time to full of the counter that fills the limit, at its rate now (since the leak
-        began, when it began inside the window, and never slower than the leak itself)."""
-        alert = alert or {}
-        return self.fill.forecast(self._where(sample), self._sharers, alert.get("since_step"),
-                                  float(alert.get("bytes_per_step") or 0.0))
-
-    def _maybe_forecast(self, step: int, sample: StepSample) -> None:
-        """While an alert is open, recompute its time to full every few seconds."""
-        if not self.alerts:
-            return
-        if (self._forecast_at_s is not None
-                and sample.time_s - self._forecast_at_s < self.FORECAST_EVERY_S):
-            return
-        self._forecast_at_s = sample.time_s
-        for counter, alert in self.alerts.items():
-            data = forecast_fields(self.forecast(sample, alert))
-            alert.update(data)
-            self.ctx.emit(Event(R.LEAK_FORECAST, step, self.ctx.elapsed_s(),
-                                {"counter": counter, **data}))
-
-    def between_steps(self, kind: str) -> None:
-        """An evaluation or a checkpoint save ran since the last step: the steps on either side
-        are not compared (its buffers and caches are not a step's growth)."""
-        self._gap()
-
-    def _gap(self) -> None:
-        self.fill.mark_gap()
-        for detector in self.detectors.values():
-            detector.mark_gap()
-
-    def _suspected(self, alert: LeakAlert, sample: StepSample, output_bytes: int) -> None:
-        self._forecast_at_s = sample.time_s
-        cause, hint = likely_cause(alert.counter, alert.bytes_per_step, output_bytes)
-        data = {
-            "counter": alert.counter, "bytes_per_step": int(round(alert.bytes_per_step)),
-            "since_step": alert.since_step, "window_steps": alert.window_steps,
-            "hint": hint, "likely_cause": cause, "host_rss_bytes": sample.host_rss_bytes,
-        }
-        data.update(forecast_fields(self.forecast(sample, data)))
-        self.alerts[alert.counter] = dict(data)  # updated by forecasts; the event is not
-        self.ctx.emit(Event(R.LEAK_SUSPECTED, alert.step, self.ctx.elapsed_s(), data))
-
-    def stats(self) -> dict[str, Any]:
-        """What the detectors learned, for reports and benchmarks."""
-        return {name: {"noise_bytes": d.noise_bytes, "threshold_bytes": d.threshold_bytes,
-                       "active": asdict(d.active) if d.active else None}
-                for name, d in self.detectors.items()}

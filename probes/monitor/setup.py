@@ -77,7 +77,7 @@ def default_hooks(*, profiler: bool = True, profile_schedule: tuple[int, int, in
                                     record_shapes=profile_record_shapes))
     if leak_watch:
         from probes.instruments.culprits.finder import CulpritFinder
-        from probes.instruments.leak import LeakWatch
+        from probes.instruments.leakwatch import LeakWatch
 
         watch = LeakWatch()
         hooks += [watch, CulpritFinder(watch)]  # the finder looks when the watch alerts

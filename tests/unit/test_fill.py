@@ -12,7 +12,7 @@ from probes import records as R
 from probes.counters.fill import FillTracker, fill_forecast, filling_counter
 from probes.counters.memory import MemoryReading
 from probes.instruments.hooks import StepTensors
-from probes.instruments.leak import LeakWatch
+from probes.instruments.leakwatch import LeakWatch
 from probes.monitor.guard import MemoryGuard
 from probes.records import Event
 from tui.format_panels import GLIBC_KEEPS, leak_alert_line, leak_cleared_text

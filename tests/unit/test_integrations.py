@@ -122,7 +122,7 @@ def test_between_steps_keeps_the_leak_watch_from_comparing_across(tmp_path):
     """A level that moves only across evaluations or saves is not a leak; the same growth
     step after step is."""
     from probes.instruments.hooks import StepTensors
-    from probes.instruments.leak import LeakWatch
+    from probes.instruments.leakwatch import LeakWatch
 
     def alerts(between: bool) -> list:
         sink = RecordSink()

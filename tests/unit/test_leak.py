@@ -15,10 +15,9 @@ from probes.instruments.leak import (
     LeakCleared,
     LeakDetector,
     LeakDetectorConfig,
-    LeakWatch,
-    likely_cause,
     theil_sen_slope,
 )
+from probes.instruments.leakwatch import LeakWatch, likely_cause
 from probes.records import Event
 from probes.runfolder import create_run_dir, read_metrics
 from trainer.loop import Trainer
