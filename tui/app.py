@@ -1,20 +1,19 @@
 """The dashboard: panes, memory chart, top-ops table, leak banner and ledger over one run.
 
-It reads a run source (tui/sources.py): memtop's trainer on a thread of this process, or a run
-folder another process writes (or wrote). A 2 Hz timer polls the source and updates only what
-changed (docs/ARCHITECTURE.md: 2 Hz kept ≥ 0.98 of the headless throughput on 2 cores, 10 Hz full
-redraws halved it). The UI never calls torch. The panes are made from the pane table
-(tui/panes.py); how each event shows is tui/live_events.py; the header, status and baseline lines
-are tui/status_bars.py; keys and quitting are tui/app_actions.py; the notices it showed are kept
-by tui/notices.py; several ranks are tui/app_ranks.py; running on a real terminal (fd 2, signals,
-the bounded shutdown) is tui/dashboard_run.py.
+It reads a run source (tui/sources.py): memtop's trainer on a thread of this process
+(tui/trainer_source.py), or a run folder another process writes (or wrote). A 2 Hz timer polls
+the source and updates only what changed (tui/app_refresh.py). The UI never calls torch. The
+panes are made from the pane table (tui/panes.py); how each event shows is tui/live_events.py;
+the header, status and baseline lines are tui/status_bars.py; keys and quitting are
+tui/app_actions.py; the notices it showed are kept by tui/notices.py; several ranks are
+tui/app_ranks.py; running on a real terminal (fd 2, signals, the bounded shutdown) is
+tui/dashboard_run.py.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,12 +29,14 @@ from probes.runfolder.state import RunState
 from probes.tools.ring import Ring
 from tui.app_actions import AppActions
 from tui.app_ranks import RanksView
+from tui.app_refresh import RefreshLoop
 from tui.live_events import LiveEvents
 from tui.notices import NoticeLog
-from tui.panes import PANES, chart_labels, grid_size, pane_labels, sample_values
+from tui.panes import PANES, chart_labels, grid_size, pane_labels
 from tui.run_end import RunEnd
-from tui.sources import DeferredTrainer, FolderSource, RunSource, TrainerSource
+from tui.sources import FolderSource, RunSource
 from tui.status_bars import StatusBars
+from tui.trainer_source import DeferredTrainer, TrainerSource
 from tui.widgets.admission_line import AdmissionLine
 from tui.widgets.baseline_bar import BaselineBar
 from tui.widgets.culprit_box import CulpritBox
@@ -57,12 +58,14 @@ if TYPE_CHECKING:
     from probes.analysis.baseline import BaselineWatch
 
 REFRESH_S = 0.5  # 2 Hz: the rate docs/ARCHITECTURE.md records at 0.98 of headless throughput
+# (tui/app_refresh.py)
 CHART_EVERY_S = 5.0  # plotext rebuilds cost ~30 ms: rarely
 VIEWS = ("chart", "ops", "ledger", "split")
 FIRST_SAMPLE_POLL_S = 0.05  # until the first sample: startup target is the bare floor + 0.2 s
 
 
-class MemtopApp(LiveEvents, StatusBars, RanksView, AppActions, NoticeLog, App[int]):
+class MemtopApp(RefreshLoop, LiveEvents, StatusBars, RanksView, AppActions, NoticeLog,
+                App[int]):
     """One run's dashboard. Build with :meth:`for_run` (train) or :meth:`for_folder` (view)."""
 
     CSS_PATH = "memtop.tcss"
@@ -131,7 +134,7 @@ class MemtopApp(LiveEvents, StatusBars, RanksView, AppActions, NoticeLog, App[in
         """`memtop train`: the trainer with its instruments on a thread, records via a ring.
 
         ``deferred``: build the trainer (and import torch) on its thread once started, so the
-        frame is on screen first (tui/sources.py DeferredTrainer); the device is then learnt
+        frame is on screen first (tui/trainer_source.py DeferredTrainer); the device is then learnt
         from the run_started row."""
         ring: Ring[Record] = Ring(maxlen=4096)
         trainer: Any
@@ -276,126 +279,6 @@ class MemtopApp(LiveEvents, StatusBars, RanksView, AppActions, NoticeLog, App[in
             return  # run_test: Textual already passes prints on to the real streams
         with contextlib.suppress(OSError):
             os.write(2, event.text.encode("utf-8", "replace"))
-
-    # the refresh -------------------------------------------------------------------------------
-    def _load_history(self) -> None:
-        """A run opened after it started: its past, the chart over the whole run."""
-        records, chart = self.source.history()
-        if records:
-            self.replaying = True  # no toasts for what happened before (tui/live_events.py)
-            try:
-                self._take(records)
-            finally:
-                self.replaying = False
-        if self.ranks_mode:
-            chart = [s for s in chart if s.rank == 0]
-        if chart:
-            self.chart.points.clear()
-            self.chart.add_points(chart)
-
-    def refresh_from_source(self) -> None:
-        """Take what the source has since the last tick and redraw what changed."""
-        self.ticks += 1
-        records = self.source.poll()
-        if records:
-            self._take(records)
-        elif self.source.liveness_due():
-            self._ping_worker()  # has the run we follow died without its last row?
-        for pane in [*self.panes.values(), *self.infer_panes]:
-            pane.refresh_view()
-        if self.ranks_mode:
-            self.rank_table.refresh_view()
-        self.step_split.refresh_view()
-        self.redraw_chart(force=False)
-        self.update_header()
-        self.update_status()
-        self.update_baseline()
-        self.leak_banner.tick()
-        self._check_role()
-        self._check_failed()
-        self._maybe_freeze_gc()
-
-    def _poll_first_sample(self) -> None:
-        """Until the first sample is shown: a len() per poll, a refresh once records wait."""
-        if self.last_sample is not None or self.run_state.finished:
-            self._first_sample_timer.stop()
-        elif self.ring is not None and len(self.ring):
-            self.refresh_from_source()
-
-    def _take(self, records: list[Record]) -> None:
-        samples: list[StepSample] = []
-        for record in records:
-            if self.ranks_mode:
-                self._take_rank(record)
-                if record.rank != 0:
-                    continue
-            self.run_state.apply(record)
-            if isinstance(record, StepSample):
-                samples.append(record)
-            else:
-                self.show_event(record)
-        if samples:
-            self._take_samples(samples)
-
-    def _take_samples(self, samples: list[StepSample]) -> None:
-        rows = [sample_values(s) for s in samples]
-        for spec in PANES:
-            pane = self.panes.get(spec.id)
-            if pane is not None:  # a sample the pane holds its last value over is left out
-                pane.push([row[spec.id] for row, s in zip(rows, samples, strict=True)
-                           if spec.holds_last is None or not spec.holds_last(s)])
-        last = samples[-1]
-        self.last_sample = last
-        self.update_notes()
-        for spec in PANES:
-            if spec.sample_label is not None:
-                label = spec.sample_label(last)
-                if label != self.panes[spec.id].label:
-                    self.panes[spec.id].relabel(label, label)
-        self.chart.add_points(samples)
-        self.step_split.push(samples, self.run_state.started, self.device_type)
-        for infer_pane in self.infer_panes:
-            infer_pane.push(samples)
-        if self.baseline is not None:
-            for s in samples:
-                self.baseline.push(s)
-
-    def redraw_chart(self, force: bool = True) -> None:
-        """Bring the chart up to date (every ~5 s on the timer; at once for a screenshot)."""
-        peak = self.last_sample.peak_allocated_bytes if self.last_sample else None
-        if self.chart.maybe_redraw(peak, force=force):
-            self.chart_box.border_title = self.chart.title()
-
-    def _maybe_freeze_gc(self) -> None:
-        """Once the run has started: collect, then freeze, so gen-2 passes stop walking
-        torch's and Textual's ~330k long-lived objects (a ~100 ms GIL hold each,
-        docs/ARCHITECTURE.md), as the trainer does (trainer/loop.py). CPython's thresholds stay:
-        what a gen-2 pass walks after the freeze is the garbage since the last one (rendered
-        strips, ~1 µs an object here), so frequent passes are the short ones: 17 ms median
-        against ~100 ms when they were spaced 10× further apart (benchmarks/RESULTS.md)."""
-        if self.freeze_gc and not self._gc_frozen and self.run_state.state != "starting":
-            gc.collect()
-            gc.freeze()
-            self._gc_frozen = True
-
-    def relabel(self, device_type: str) -> None:
-        """Pane labels say what the counters are on this device (a viewer learns it late)."""
-        if device_type == self.device_type:
-            return
-        self.device_type = device_type
-        labels, short = pane_labels(device_type), pane_labels(device_type, short=True)
-        for spec in PANES:
-            if spec.sample_label is None:  # else the sample names it (tokens/samples/steps)
-                self.panes[spec.id].relabel(labels[spec.id], short[spec.id])
-        self.chart.set_labels(chart_labels(device_type))
-
-    def update_notes(self) -> None:
-        """The line under each pane's value that has a note (tui/panes.py), from the newest
-        sample and the run_started row."""
-        started = self.run_state.started or {}
-        for spec in PANES:
-            if spec.note is not None:
-                self.panes[spec.id].set_note(spec.note(self.last_sample, started))
 
     def set_view(self, view: str) -> None:
         """Which of chart / top ops / ledger fills the lower area on narrow terminals."""
