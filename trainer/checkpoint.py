@@ -61,7 +61,8 @@ def read_weights(path: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
         raise CheckpointError(f"{path} is not a memtop weights file: it holds pickled objects "
                               "other than tensors and plain values, which memtop never "
                               "unpickles (torch.load weights_only=True)") from None
-    except (RuntimeError, EOFError, ValueError, AttributeError) as exc:
+    except Exception as exc:  # noqa: BLE001 - any file: torch's unpickler raises KeyError,
+        # IndexError, UnicodeDecodeError, struct.error... on text or junk (issue 44 item 5)
         raise CheckpointError(f"{path} is not a memtop weights file (torch.load could not read "
                               f"it: {type(exc).__name__})") from None
     header = data.get("memtop") if isinstance(data, dict) else None
@@ -75,8 +76,9 @@ def read_weights(path: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
                               f"this memtop reads format {VERSION}")
     try:
         config = header_config(header)
-    except (AttributeError, TypeError, ValueError) as exc:
-        raise CheckpointError(f"{path}: its header's model is not valid ({exc})") from None
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        raise CheckpointError(f"{path}: its header's model is not valid "
+                              f"({type(exc).__name__}: {exc})") from None
     check_state(config, state, path)
     return header, state
 
@@ -85,7 +87,11 @@ def header_config(header: dict[str, Any]) -> GPTConfig:
     from trainer.model import GPTConfig
 
     names = {f.name for f in dataclasses.fields(GPTConfig)}
-    return GPTConfig(**{k: v for k, v in header["model"].items() if k in names})
+    model = header["model"]
+    for key in _SHAPE_KEYS:  # GPTConfig checks values, not types: 16.0 or True would pass
+        if key in model and (type(model[key]) is not int):
+            raise TypeError(f"{key} is {model[key]!r}, not an integer")
+    return GPTConfig(**{k: v for k, v in model.items() if k in names})
 
 
 def check_state(config: GPTConfig, state: dict[str, Any], path: Path) -> None:
@@ -95,11 +101,22 @@ def check_state(config: GPTConfig, state: dict[str, Any], path: Path) -> None:
 
     from trainer.model import GPT
 
-    with torch.device("meta"):
-        expected = {k: tuple(v.shape) for k, v in GPT(config).state_dict().items()}
-    got = {k: tuple(v.shape) for k, v in state.items() if isinstance(v, torch.Tensor)}
+    odd = next((k for k, v in state.items() if not isinstance(v, torch.Tensor)), None)
+    if odd is not None:  # load_state_dict would fail on it later, on the runner's thread
+        raise CheckpointError(f"{path}: its state_dict's {str(odd)!r} is a "
+                              f"{type(state[odd]).__name__}, not a tensor")
+    got = {k: tuple(v.shape) for k, v in state.items()}
+    if config.n_layer > len(got):  # every block has tensors: no need to build a huge model
+        raise CheckpointError(f"{path} does not match its own header's model ({config.n_layer} "
+                              f"layers, {len(got)} tensors)")
+    try:
+        with torch.device("meta"):
+            expected = {k: tuple(v.shape) for k, v in GPT(config).state_dict().items()}
+    except Exception as exc:  # noqa: BLE001 - the header's shape is the user's file's word
+        raise CheckpointError(f"{path}: its header's model is not valid "
+                              f"({type(exc).__name__}: {exc})") from None
     missing = sorted(set(expected) - set(got))
-    extra = sorted(set(got) - set(expected))
+    extra = sorted(str(k) for k in set(got) - set(expected))  # a key may be any plain value
     if missing or extra:
         what = f"missing {missing[0]}" if missing else f"unexpected {extra[0]}"
         raise CheckpointError(f"{path} does not match its own header's model "
@@ -109,3 +126,9 @@ def check_state(config: GPTConfig, state: dict[str, Any], path: Path) -> None:
         if got[name] != shape:
             raise CheckpointError(f"{path}: {name} is {list(got[name])}, the header's model "
                                   f"needs {list(shape)}")
+        tensor = state[name]
+        if not tensor.is_floating_point() or tensor.is_sparse or tensor.is_meta:
+            raise CheckpointError(f"{path}: {name} is a {tensor.dtype} tensor"
+                                  f"{' (sparse)' if tensor.is_sparse else ''}"
+                                  f"{' on the meta device' if tensor.is_meta else ''}; "
+                                  "memtop's model needs dense floating-point weights")
