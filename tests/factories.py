@@ -40,6 +40,12 @@ TINY = dict(device="cpu", layers=1, heads=2, dim=32, seq_len=16, block_size=32, 
             warmup_steps=2)
 
 
+def resolved_amp(run_dir: Path) -> str:
+    """The amp mode a run resolved (config.json): what a test expects follows it, never the CPU
+    the test was written on (bf16 where it is native or MEMTOP_CPU_BF16=native, fp32 else)."""
+    return json.loads((Path(run_dir) / "config.json").read_text())["resolved_amp"]
+
+
 def cli_options(values: dict[str, Any]) -> list[str]:
     """`memtop train` options for TrainConfig fields: ``{"seq_len": 16}`` -> --seq-len 16."""
     return [part for key, value in values.items()

@@ -13,7 +13,13 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from probes.counters.host import NATIVE_BF16_FLAGS, read_cpu_flags
+from probes.counters.host import (
+    CPU_BF16_ENV,
+    NATIVE_BF16_FLAGS,
+    bf16_emulated_why,
+    cpu_bf16_override,
+    read_cpu_flags,
+)
 from trainer.choices import AMP_MODES, ATTENTION_KINDS, LEAK_KINDS
 from trainer.corpus import corpus_bytes
 
@@ -76,29 +82,46 @@ def bf16_problem(capability: tuple[int, int], name: str) -> str | None:
             "8.0 or newer and is only emulated, slowly, below it); use --amp fp16")
 
 
-def auto_amp(device_type: str, cpu_flags: set[str]) -> tuple[str, str]:
+def auto_amp(device_type: str, cpu_flags: set[str],
+             bf16_override: str | None = None) -> tuple[str, str]:
     """(amp mode, why) that ``--amp auto`` picks: fp16 + GradScaler on CUDA; on a CPU bf16 only
     where it is native (avx512_bf16, amx_bf16, aarch64 bf16), fp32 elsewhere, because emulated
-    bf16 autocast is slower than fp32 (and with unknown flags, fp32: no guess). ``why`` is a
-    short part, ";", then the detail: the header shows the short part, run_started the whole."""
+    bf16 autocast is slower than fp32 (and with unknown flags, fp32: no guess).
+    ``bf16_override`` (MEMTOP_CPU_BF16: native | emulated) stands in for the flags and is named
+    in the reason. ``why`` is a short part, ";", then the detail: the header shows the short
+    part, run_started the whole."""
     if device_type == "cuda":
         return "fp16", "auto: fp16 on CUDA; with a GradScaler"
+    if bf16_override == "native":
+        return "bf16", (f"auto: bf16, {CPU_BF16_ENV}=native; the variable says this CPU has "
+                        "native bf16, whatever its flags say")
+    if bf16_override == "emulated":
+        return "off", (f"auto: fp32, {CPU_BF16_ENV}=emulated; the variable says bf16 is "
+                       "emulated on this CPU, whatever its flags say (--amp bf16 forces it)")
     native = sorted(cpu_flags & NATIVE_BF16_FLAGS)
     if native:
         return "bf16", f"auto: native bf16; this CPU has {', '.join(native)}"
     if not cpu_flags:
         return "off", ("auto: fp32; this CPU's flags cannot be read, and bf16 autocast where it "
                        "is emulated is slower than fp32 (--amp bf16 forces it)")
-    best = "avx512f" if "avx512f" in cpu_flags else ("avx2" if "avx2" in cpu_flags else "no avx2")
-    return "off", (f"auto: fp32, no native bf16; this CPU has {best} but neither avx512_bf16 "
-                   "nor amx_bf16, so bf16 autocast would be emulated, slower than fp32 "
-                   "(--amp bf16 forces it)")
+    return "off", (f"auto: fp32, no native bf16; {bf16_emulated_why(cpu_flags)}, so bf16 "
+                   "autocast would be emulated, slower than fp32 (--amp bf16 forces it)")
+
+
+def _auto(device: torch.device) -> tuple[str, str]:
+    if device.type != "cpu":
+        return auto_amp(device.type, set())
+    return auto_amp("cpu", read_cpu_flags(), cpu_bf16_override())
 
 
 def amp_reason(amp: str, device: torch.device) -> str:
     """Why the run uses the amp mode it does (run_started's ``amp_reason``, the header)."""
     if amp == "auto":
-        return auto_amp(device.type, read_cpu_flags() if device.type == "cpu" else set())[1]
+        return _auto(device)[1]
+    if amp == "bf16" and device.type == "cpu":
+        problem = bf16_emulated_why(read_cpu_flags(), cpu_bf16_override())
+        if problem:
+            return f"asked for: --amp bf16, emulated; {problem}, so it runs slower than fp32"
     return f"asked for: --amp {amp}"
 
 
@@ -109,7 +132,7 @@ def resolve_amp(amp: str, device: torch.device) -> str:
     if amp not in AMP_MODES:
         raise ValueError(f"unknown amp mode {amp!r}; use one of {', '.join(AMP_MODES)}")
     if amp == "auto":
-        return auto_amp(device.type, read_cpu_flags() if device.type == "cpu" else set())[0]
+        return _auto(device)[0]
     if amp == "bf16" and device.type == "cuda" and torch.version.hip is None:
         problem = bf16_problem(torch.cuda.get_device_capability(device),
                                torch.cuda.get_device_name(device))

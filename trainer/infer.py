@@ -36,6 +36,7 @@ from probes.tools.kvcache import (
 )
 from probes.tools.stats import percentile
 from trainer.background import BackgroundRun
+from trainer.config import amp_reason
 from trainer.data import load_corpus
 from trainer.infer_config import InferConfig, ModelSpec
 from trainer.infer_profile import PhaseProfiler
@@ -140,7 +141,8 @@ class InferenceRunner(BackgroundRun):
             session.listen()
         self.weights_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
         session.start(
-            amp=amp, params=sum(p.numel() for p in model.parameters()), mode="infer",
+            amp=amp, amp_reason=amp_reason(cfg.amp, device),
+            params=sum(p.numel() for p in model.parameters()), mode="infer",
             weights=self.spec.source, weights_bytes=self.weights_bytes,
             switches={"eval": not model.training, "inference_mode": True, "grad_scaler": None},
             kv_formula=KV_FORMULA,

@@ -29,7 +29,7 @@ _SHAPE = {"layers": "n_layer", "heads": "n_head", "dim": "n_embd", "block_size":
 @dataclass
 class InferConfig:
     device: str = "auto"  # auto | cpu | cuda | cuda:N
-    amp: str = "auto"  # auto = fp16 on CUDA, bf16 on CPU (no GradScaler: nothing is trained)
+    amp: str = "auto"  # auto: as TrainConfig (no GradScaler: nothing is trained)
     weights: str | None = None  # a `memtop train` run folder or its weights.pt; None = fresh
     batch_size: int = 8  # B: concurrent sequences per request
     prompt_len: int = 64  # tokens of each prompt (read by the prefill)

@@ -47,6 +47,16 @@ def build_parser() -> Parser:
     return parser
 
 
+def check_environment(command: str) -> None:
+    """The variables memtop reads, checked before anything runs: a bad value is bad input."""
+    from probes.counters.host import cpu_bf16_override
+
+    try:
+        cpu_bf16_override()
+    except ValueError as exc:
+        raise UsageError(f"memtop {command}: {exc}") from None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
@@ -56,6 +66,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command is None:
             parser.print_help()
             return EXIT_USAGE
+        check_environment(args.command)
         return importlib.import_module(f"tui.commands.{args.command}").run(args)
     except UsageError as exc:
         print(str(exc), file=sys.stderr)

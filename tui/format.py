@@ -124,11 +124,18 @@ def state_text(state: str, profile_phase: str | None, pause_requested: bool,
 
 
 def amp_short_reason(amp: str, reason: str | None) -> str | None:
-    """What the header says after the amp mode: only an auto choice of fp32 ("auto: fp32, no
-    native bf16"), the short part (before ";") of trainer.config.auto_amp's reason."""
-    if amp != "off" or not reason or not reason.startswith("auto:"):
+    """What the header says after the amp mode, the short part (before ";") of run_started's
+    ``amp_reason`` (trainer.config.auto_amp / amp_reason), where it says more than the mode: an
+    auto choice of fp32 ("auto: fp32, no native bf16"), a choice MEMTOP_CPU_BF16 made, bf16
+    asked for where it is emulated."""
+    if not reason:
         return None
-    return reason.split(";", 1)[0]
+    short = reason.split(";", 1)[0]
+    if "MEMTOP_CPU_BF16" in short or short.endswith(", emulated"):
+        return short
+    if amp != "off" or not reason.startswith("auto:"):
+        return None
+    return short
 
 
 def header_text(*, device_name: str, device_total: int | None, amp: str, batch: int | None,

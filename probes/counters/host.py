@@ -8,6 +8,7 @@ import os
 import platform
 import re
 import sys
+from collections.abc import Mapping
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,39 @@ def cpu_flags(cpuinfo: str) -> set[str]:
         if line.startswith(("flags", "Features")):
             return set(line.split(":", 1)[1].split())
     return set()
+
+
+CPU_BF16_ENV = "MEMTOP_CPU_BF16"  # native | emulated: overrides the CPU flags' bf16 answer
+CPU_BF16_VALUES = ("native", "emulated")
+
+
+def cpu_bf16_override(environ: Mapping[str, str] | None = None) -> str | None:
+    """``MEMTOP_CPU_BF16``'s value, ``native`` or ``emulated``, or None when unset or empty.
+
+    It stands in for the CPU's own flags where they mislead (a VM that hides avx512_bf16) and in
+    tests, so one machine runs both the bf16 and the fp32 path. Any other value is a ValueError
+    with a plain sentence (the CLI's exit 2)."""
+    raw = (os.environ if environ is None else environ).get(CPU_BF16_ENV, "")
+    value = raw.strip().lower()
+    if not value:
+        return None
+    if value not in CPU_BF16_VALUES:
+        raise ValueError(f"{CPU_BF16_ENV}={raw!r} is not one of {', '.join(CPU_BF16_VALUES)} "
+                         "(or unset, to read the CPU's flags)")
+    return value
+
+
+def bf16_emulated_why(flags: set[str], override: str | None = None) -> str | None:
+    """Why bf16 is emulated on this CPU (each bf16 matmul converted to fp32 and back), or None:
+    native, or the flags unknown (no guess). ``override``: ``cpu_bf16_override()``'s value."""
+    if override == "native":
+        return None
+    if override == "emulated":
+        return f"{CPU_BF16_ENV}=emulated says bf16 is not native here"
+    if not flags or flags & NATIVE_BF16_FLAGS:
+        return None
+    best = "avx512f" if "avx512f" in flags else ("avx2" if "avx2" in flags else "no avx2")
+    return f"this CPU has {best} but neither avx512_bf16 nor amx_bf16"
 
 
 def read_cpu_flags() -> set[str]:

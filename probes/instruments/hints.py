@@ -15,7 +15,7 @@ import torch
 
 from probes import records as R
 from probes.counters.cuda_stats import fragmentation
-from probes.counters.host import NATIVE_BF16_FLAGS, read_cpu_flags
+from probes.counters.host import bf16_emulated_why, cpu_bf16_override, read_cpu_flags
 from probes.instruments.hooks import RunContext, StepHook, StepTensors
 from probes.records import Event, StepSample
 
@@ -52,12 +52,10 @@ def tensor_core_problem(amp: str, capability: tuple[int, int] | None) -> str | N
             f"start at sm {need[0]}.{need[1]}")
 
 
-def cpu_bf16_problem(amp: str, flags: set[str]) -> str | None:
-    """Why bf16 autocast is emulated on this CPU, or None (native, not bf16, flags unknown)."""
-    if amp != "bf16" or not flags or flags & NATIVE_BF16_FLAGS:
-        return None
-    best = "avx512f" if "avx512f" in flags else ("avx2" if "avx2" in flags else "no avx2")
-    return f"this CPU has {best} but neither avx512_bf16 nor amx_bf16"
+def cpu_bf16_problem(amp: str, flags: set[str], override: str | None = None) -> str | None:
+    """Why bf16 autocast is emulated on this CPU, or None (native, not bf16, flags unknown);
+    ``override``: MEMTOP_CPU_BF16's value, which stands in for the flags."""
+    return bf16_emulated_why(flags, override) if amp == "bf16" else None
 
 
 def step_hints(sample: StepSample, synced: bool, warmup: int) -> list[tuple[str, str]]:
@@ -154,7 +152,8 @@ class HintWatch(StepHook):
     def end_step(self, step: int, tensors: StepTensors, sample: StepSample) -> None:
         if not self._checked_start and self.ctx.device.type == "cpu":
             self._checked_start = True
-            problem = cpu_bf16_problem(sample.amp, read_cpu_flags())  # unknown: no hint
+            problem = cpu_bf16_problem(sample.amp, read_cpu_flags(),  # unknown: no hint
+                                       cpu_bf16_override())
             if problem:
                 self._emit("cpu_bf16_emulated", step, problem)
         if not self._checked_start and self.ctx.device.type == "cuda":

@@ -7,6 +7,9 @@ import json
 
 from factories import TINY_ARGS, metrics_rows, run_cli
 
+from probes.counters.host import cpu_bf16_override, read_cpu_flags
+from trainer.config import auto_amp
+
 
 def test_headless_subprocess_end_to_end(tmp_path):
     result = run_cli("train", "--headless", "--steps", "12", "--log-every", "4",
@@ -18,9 +21,14 @@ def test_headless_subprocess_end_to_end(tmp_path):
     assert len(steps) == 12
     config = json.loads((run / "config.json").read_text())
     assert config["device"] == "cpu" and config["amp"] == "auto"  # as given
-    assert config["resolved_device"] == "cpu" and config["resolved_amp"] == "bf16"  # and as run
+    # and as run: bf16 where this CPU has it natively (or MEMTOP_CPU_BF16 says so), else fp32
+    flags, override = read_cpu_flags(), cpu_bf16_override()
+    amp, why = auto_amp("cpu", flags, override)
+    assert config["resolved_device"] == "cpu" and config["resolved_amp"] == amp
     started = next(e for e in events if e["event"] == "run_started")
-    assert started["device"] == "cpu" and started["amp"] == "bf16"  # as resolved at run start
+    assert started["device"] == "cpu" and started["amp"] == amp  # as resolved at run start
+    assert started["amp_reason"] == why and started["cpu_bf16_override"] == override
+    assert ("MEMTOP_CPU_BF16" in why) == (override is not None)
 
 
 def test_version_and_help_fit_80_columns():

@@ -1,10 +1,18 @@
-"""--amp auto (issue 28): bf16 only on a CPU with native bf16, fp32 elsewhere, and why."""
+"""--amp auto (issue 28): bf16 only on a CPU with native bf16, fp32 elsewhere, and why;
+MEMTOP_CPU_BF16=native|emulated stands in for the CPU's flags (issue 38)."""
 
 from __future__ import annotations
 
-from factories import in_thread
+import pytest
+from factories import in_thread, run_cli
 
-from probes.counters.host import cpu_flags, read_cpu_flags
+from probes.counters.host import (
+    bf16_emulated_why,
+    cpu_bf16_override,
+    cpu_flags,
+    read_cpu_flags,
+)
+from probes.instruments.hints import cpu_bf16_problem
 from probes.runfolder import read_metrics
 from trainer.config import auto_amp
 from tui.format import amp_short_reason, header_text
@@ -50,12 +58,15 @@ def test_a_run_on_this_machine_records_its_choice_and_the_reason(tiny_config):
     from probes.runfolder import create_run_dir
     from trainer.loop import Trainer
 
-    flags = read_cpu_flags()
-    expected_mode, expected_why = auto_amp("cpu", flags)
+    flags, override = read_cpu_flags(), cpu_bf16_override()
+    expected_mode, expected_why = auto_amp("cpu", flags, override)
+    emulated = bf16_emulated_why(flags, override)
+    forced_why = (f"asked for: --amp bf16, emulated; {emulated}, so it runs slower than fp32"
+                  if emulated else "asked for: --amp bf16")
     cfg = tiny_config(steps=3)
     forced = tiny_config(steps=3, amp="bf16")
     for config, mode, why in ((cfg, expected_mode, expected_why),
-                              (forced, "bf16", "asked for: --amp bf16")):
+                              (forced, "bf16", forced_why)):
         run_dir = create_run_dir(config.run_dir)
         trainer = Trainer(config, run_dir, freeze_gc=False, listen=False)
         assert in_thread(trainer.run) == 0
@@ -63,3 +74,31 @@ def test_a_run_on_this_machine_records_its_choice_and_the_reason(tiny_config):
         started = next(e for e in events if e["event"] == "run_started")
         assert started["amp"] == mode and started["amp_reason"] == why
         assert {s["amp"] for s in steps} == {mode}
+
+
+def test_the_variable_stands_in_for_the_flags_and_says_so():
+    assert cpu_bf16_override({}) is None and cpu_bf16_override({"MEMTOP_CPU_BF16": " "}) is None
+    assert cpu_bf16_override({"MEMTOP_CPU_BF16": "Native"}) == "native"
+    assert cpu_bf16_override({"MEMTOP_CPU_BF16": "emulated"}) == "emulated"
+    with pytest.raises(ValueError, match="MEMTOP_CPU_BF16='yes' is not one of native, emulated"):
+        cpu_bf16_override({"MEMTOP_CPU_BF16": "yes"})
+    mode, why = auto_amp("cpu", EPYC_ZEN2, "native")  # a VM that hides avx512_bf16
+    assert mode == "bf16" and why.startswith("auto: bf16, MEMTOP_CPU_BF16=native;")
+    mode, why = auto_amp("cpu", SAPPHIRE, "emulated")
+    assert mode == "off" and why.startswith("auto: fp32, MEMTOP_CPU_BF16=emulated;")
+    assert auto_amp("cuda", EPYC_ZEN2, "native")[0] == "fp16"  # a CPU variable, not CUDA's
+    # the header names it whichever way it chose; the bf16 hint follows it too
+    assert amp_short_reason("bf16", auto_amp("cpu", EPYC_ZEN2, "native")[1]) == (
+        "auto: bf16, MEMTOP_CPU_BF16=native")
+    assert amp_short_reason("off", auto_amp("cpu", SAPPHIRE, "emulated")[1]) == (
+        "auto: fp32, MEMTOP_CPU_BF16=emulated")
+    assert cpu_bf16_problem("bf16", EPYC_ZEN2, "native") is None
+    assert "MEMTOP_CPU_BF16=emulated" in cpu_bf16_problem("bf16", SAPPHIRE, "emulated")
+    assert cpu_bf16_problem("off", SAPPHIRE, "emulated") is None
+
+
+def test_a_bad_value_is_bad_input():
+    result = run_cli("train", "--headless", "--steps", "1", env={"MEMTOP_CPU_BF16": "maybe"})
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip() == ("memtop train: MEMTOP_CPU_BF16='maybe' is not one of "
+                                     "native, emulated (or unset, to read the CPU's flags)")

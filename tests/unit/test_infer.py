@@ -8,12 +8,12 @@ import json
 import pickle
 
 import pytest
-from factories import in_thread, make_sample, run_infer
+from factories import in_thread, make_sample, resolved_amp, run_infer
 
 from probes import records as R
 from probes.records import StepSample
 from probes.runfolder import create_run_dir, read_metrics
-from probes.tools.kvcache import admission, kv_bytes_per_token, kv_cache_bytes
+from probes.tools.kvcache import DTYPE_BYTES, admission, kv_bytes_per_token, kv_cache_bytes
 
 
 def test_kv_formula():
@@ -33,16 +33,17 @@ def test_rows_have_phases_and_the_cache_grows_as_predicted(tmp_path):
     phases = [s["phase"] for s in steps]
     assert phases == (["prefill"] + ["decode"] * 7) * 2
     samples = [StepSample.from_json(s) for s in steps]
+    # K/V come out of the linear layer in the run's autocast dtype: bf16 2 bytes, fp32 4
+    bpe = DTYPE_BYTES[resolved_amp(run_dir)]
     for s in samples:
-        # bf16 autocast on CPU: K/V come out of the linear layer in bf16, 2 bytes each
-        assert s.kv_cache_predicted_bytes == kv_cache_bytes(1, 2, s.context_tokens, 32, 2)
+        assert s.kv_cache_predicted_bytes == kv_cache_bytes(1, 2, s.context_tokens, 32, bpe)
         assert s.kv_cache_bytes == s.kv_cache_predicted_bytes
         assert s.loss is None and s.tokens == (16 if s.phase == "prefill" else 2)
     first = [s for s in samples if s.request == 1]
     assert [s.context_tokens for s in first] == list(range(8, 16))
     growth = {b.kv_cache_bytes - a.kv_cache_bytes
               for a, b in zip(first[1:-1], first[2:], strict=True)}
-    assert growth == {kv_cache_bytes(1, 2, 1, 32, 2)}  # linear: one position per decode step
+    assert growth == {kv_cache_bytes(1, 2, 1, 32, bpe)}  # linear: one position per decode step
     kinds = [e["event"] for e in events]
     assert kinds.count(R.REQUEST_DONE) == 2 and R.ADMISSION in kinds
     started = next(e for e in events if e["event"] == R.RUN_STARTED)
@@ -241,7 +242,8 @@ def test_report_compares_the_cache_with_heap_used_over_a_measured_request(tmp_pa
     md = write_report(run_dir).read_text()
     res = json.loads((run_dir / "report.json").read_text())["results"]
     assert res["slope_request"] == 2  # request 1 warms up; 2 and 3 are as long
-    assert res["kv_slope_bytes_per_position"] == res["kv_bytes_per_position"] == 256
+    per_position = kv_cache_bytes(1, 2, 1, 32, DTYPE_BYTES[resolved_amp(run_dir)])  # B=2
+    assert res["kv_slope_bytes_per_position"] == res["kv_bytes_per_position"] == per_position
     assert res["warmup_allocated_slope_bytes_per_position"] is not None
     assert "Across request 2's decode steps" in md and "heap used grew" in md
     assert "allocator's counter" not in md

@@ -7,7 +7,7 @@ import json
 
 import psutil
 import torch
-from factories import RecordSink, in_thread
+from factories import RecordSink, in_thread, resolved_amp
 
 from probes.control.requests import RunControl
 from probes.instruments.hooks import StepHook
@@ -149,7 +149,7 @@ def test_window_table_agrees_with_key_averages(tiny_config):
     assert info["schedule"] == {"wait": 1, "warmup": 1, "active": 3, "repeat": 1}
     assert info["steps"] == {"wait": [3], "warmup": [4], "active": [5, 6, 7]}
     assert (info["batch_size"], info["seq_len"], info["amp"], info["device"]) == (
-        4, 16, "bf16", "cpu")
+        4, 16, resolved_amp(run_dir), "cpu")
     assert info["torch_version"] == torch.__version__ and info["profile_memory"] is True
     table = (folder / "top_ops.txt").read_text()
     assert "aten::mm" in table and "Self CPU" in table and "CPU mem" in table

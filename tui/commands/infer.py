@@ -37,7 +37,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     _opt(g, "--weights", "weights", "a `memtop train` run folder or its weights.pt "
          "(default: a freshly initialised model, with a warning)", metavar="RUN")
     _opt(g, "--device", "device", "auto, cpu, cuda or cuda:N", metavar="DEV")
-    _opt(g, "--amp", "amp", "auto = fp16 on CUDA, bf16 on CPU", choices=AMP_MODES)
+    _opt(g, "--amp", "amp", "auto = fp16 on CUDA; bf16 on a CPU with native bf16, else fp32",
+         choices=AMP_MODES)
     for flag, field, what in (("--layers", "layers", "transformer blocks"),
                               ("--heads", "heads", "attention heads"),
                               ("--dim", "dim", "model width"),

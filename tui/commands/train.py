@@ -27,7 +27,9 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     """Model, data and precision options (shared with commands that build the same model)."""
     g = parser.add_argument_group("device and precision")
     _opt(g, "--device", "device", "auto, cpu, cuda or cuda:N", metavar="DEV")
-    _opt(g, "--amp", "amp", "auto = fp16+GradScaler on CUDA, bf16 on CPU", choices=AMP_MODES)
+    _opt(g, "--amp", "amp", "auto = fp16+GradScaler on CUDA; bf16 on a CPU with native bf16, "
+         "else fp32 (MEMTOP_CPU_BF16=native|emulated overrides the CPU's flags)",
+         choices=AMP_MODES)
     g = parser.add_argument_group("model and data")
     _opt(g, "--batch-size", "batch_size", "sequences per step (B)", type=int_arg)
     _opt(g, "--seq-len", "seq_len", "tokens per sequence (T)", type=int_arg)
