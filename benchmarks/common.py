@@ -1,5 +1,6 @@
-"""Shared by the benchmark scripts: machine description, medians, appending to RESULTS.md, the
-/proc readers (CPU, RSS, load: what else ran) and interleaved pairs with their A/A noise."""
+"""Shared by the benchmark scripts: machine description, medians and percentiles, appending to
+RESULTS.md, the /proc readers (CPU, RSS, load: what else ran) and interleaved pairs with their
+A/A noise."""
 
 from __future__ import annotations
 
@@ -68,6 +69,15 @@ def append_results(title: str, body: str) -> None:
     with open(RESULTS, "a", encoding="utf-8") as fh:
         fh.write(text)
     print(f"appended to {RESULTS}")
+
+
+def publish(title: str, body: str, append: bool, shown: str | None = None) -> None:
+    """A benchmark's last words: the machine line and its figures (``shown``, else the whole
+    section) on stdout, then the section appended to RESULTS.md unless --no-append."""
+    print(machine())
+    print(body if shown is None else shown)
+    if append:
+        append_results(title, body)
 
 
 # ---- ratio benchmarks: interleaved pairs with their own A/A noise -----------------------------
@@ -190,6 +200,15 @@ def quartiles(values: list[float]) -> tuple[float, float, float]:
         return values[0], values[0], values[0]
     q1, q2, q3 = statistics.quantiles(values, n=4, method="inclusive")
     return q1, q2, q3
+
+
+def pct(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100); nan for no values."""
+    if not values:
+        return float("nan")
+    s = sorted(values)
+    k = max(0, min(len(s) - 1, int(round(q / 100 * len(s) + 0.5)) - 1))
+    return s[k]
 
 
 def noise_band(aa: list[float], pairs: int) -> float:
