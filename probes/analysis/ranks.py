@@ -1,19 +1,24 @@
 """Several ranks in one run folder, read back: how each rank ended, which one brought the run
-down and why, and the spread of a value across ranks (min / median / max).
+down and why, the spread of a value across ranks (min / median / max), and the slowest rank.
 
-Used by the launcher (`memtop train --nproc N`), the report and `memtop runs`. Reads only the
-files (metrics-rank-K.jsonl, and torchrun.log when memtop launched the ranks).
+Used by the launcher (`memtop train --nproc N`), the report, the rank table and `memtop runs`.
+Reads only the files (metrics-rank-K.jsonl, and torchrun.log when memtop launched the ranks).
 """
 
 from __future__ import annotations
 
 import re
 import statistics
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from probes.analysis.step_split import phase_excess, phase_medians, row_split
+from probes.records import SPLIT_LABELS
 from probes.runfolder import TORCHRUN_LOG, metrics_files, read_rows
+from probes.tools.stats import percentile
+from probes.tools.units import format_ms
 
 # torch.distributed.elastic's failure table (torch/distributed/elastic/multiprocessing/errors)
 _FAILURE = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*\d+\)\s*\n\s*exitcode\s*:\s*(-?\d+)"
@@ -140,3 +145,74 @@ def spread(values: Sequence[float | int | None]) -> tuple[float, float, float] |
     if not known:
         return None
     return min(known), statistics.median(known), max(known)
+
+
+# A rank is the straggler when it loses at least this share of the median step cycle (data
+# wait + step) against the other ranks; below it the ranks are even: step-to-step noise on a
+# busy host is a few percent, and a +0.1% "slowest rank" sent users hunting for nothing.
+STRAGGLER_SHARE = 0.05
+NO_STRAGGLER = f"no straggler: no rank loses {STRAGGLER_SHARE:.0%} of a step against the others"
+
+
+@dataclass(frozen=True)
+class Slowest:
+    """The rank the others wait for: its time beyond the other ranks' median, and where.
+
+    Under DistributedDataParallel every rank waits for the slowest one inside its backward
+    (the gradient all-reduce), so the waiting ranks' steps are the *long* ones; the rank they
+    wait for is found from the phases (``phase_excess``: the rank and phase, backward last),
+    and from step times alone only when no row has the split."""
+
+    rank: int
+    excess_ms: float  # its phase (or step) median less the other ranks' median
+    cycle_ms: float  # the median step cycle across ranks, data wait included
+    phase: str | None  # the phase it loses the time in; None: rows without the step split
+
+    @property
+    def share(self) -> float:
+        return self.excess_ms / self.cycle_ms
+
+    def to_json(self) -> dict[str, Any]:
+        return {"rank": self.rank, "excess_ms": self.excess_ms, "cycle_ms": self.cycle_ms,
+                "share": self.share, "phase": self.phase, "text": slowest_text(self)}
+
+
+def _cycle_ms(row: Mapping[str, Any] | Any) -> float | None:
+    step = row.get("step_ms") if isinstance(row, Mapping) else getattr(row, "step_ms", None)
+    if not isinstance(step, (int, float)) or isinstance(step, bool):
+        return None
+    return float(step) + (row_split(row)["data_wait_ms"] or 0.0)
+
+
+def slowest_rank(rows_by_rank: Mapping[int, Iterable[Mapping[str, Any] | Any]]) \
+        -> Slowest | None:
+    """The one definition of the slowest rank (the rank table, the view and the report): the
+    rank the others wait for, when it loses ``STRAGGLER_SHARE`` of a step or more; None when
+    the ranks are even (or fewer than two have steps). Rows: each rank's step rows (dicts or
+    StepSamples), measured ones for the report, the recent ones for the live table."""
+    rows = {rank: list(r) for rank, r in rows_by_rank.items()}
+    cycles = {rank: percentile([c for c in map(_cycle_ms, r) if c is not None], 50)
+              for rank, r in rows.items()}
+    known = {rank: c for rank, c in cycles.items() if c is not None}
+    if len(known) < 2:
+        return None
+    cycle = statistics.median(known.values())
+    found = phase_excess({rank: phase_medians(r) for rank, r in rows.items() if rank in known})
+    if found is not None:
+        rank, phase, excess = found
+    else:  # no step split in the rows: the step times are all there is
+        rank = max(known, key=lambda k: known[k])
+        phase, excess = None, known[rank] - statistics.median(
+            [c for k, c in known.items() if k != rank])
+    if cycle <= 0 or excess < STRAGGLER_SHARE * cycle:
+        return None
+    return Slowest(rank, excess, cycle, phase)
+
+
+def slowest_text(slowest: Slowest | None) -> str:
+    """One line, the same on every screen and in the report (≤ 78 columns)."""
+    if slowest is None:
+        return NO_STRAGGLER
+    where = f"in {SPLIT_LABELS[slowest.phase]}" if slowest.phase else "per step"
+    return (f"slowest: rank {slowest.rank}, +{format_ms(slowest.excess_ms)} {where} "
+            f"({slowest.share:.0%} of a step); others wait for it")

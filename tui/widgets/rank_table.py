@@ -1,8 +1,10 @@
 """Ranks side by side: each rank's memory counters, step time and throughput, the spread across
 ranks, and what stands out (the slowest rank, the highest peak, a leaking or failed rank).
 
-Sized for 80×24 with up to 8 ranks: when the box is short, the min/max rows go first and the
-highlights share one line. The text is built by a pure function (``rank_table_lines``).
+Sized for 80×24 with up to 8 ranks: the min / median / max rows right under the ranks' counters,
+then each rank's phase medians under their own header; when the box is short, the min/max rows go
+first and the highlights share one line. The text is built by a pure function
+(``rank_table_lines``).
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from probes.analysis.step_split import SHORT, excess_text, phase_excess, phase_medians
+from probes.analysis.ranks import slowest_rank, slowest_text
+from probes.analysis.step_split import SHORT, phase_medians
 from probes.records import SPLIT_FIELDS, StepSample, counter_name
 from probes.tools.units import NA, format_bytes, format_ms, format_rate
 from tui.format import fit
@@ -69,28 +72,18 @@ def _row(label: str, cells: list[str], note: str, width: int) -> str:
 
 
 def highlights(rows: list[RankRow]) -> list[str]:
-    """The slowest rank and how much it holds the others back, the highest peak and its excess
-    over the median, leaking and failed ranks."""
+    """The slowest rank (the one the others wait for, probes/analysis/ranks.py: the report's
+    definition), the highest peak and its excess over the median, leaking and failed ranks."""
     out = []
     vals = {r.rank: r.values() for r in rows}
-    straggler = phase_excess({r.rank: r.phases() for r in rows}) if len(rows) > 1 else None
-    ms = {k: v["step_ms"] for k, v in vals.items() if v["step_ms"] is not None}
-    if len(ms) > 1:
-        slow = max(ms, key=lambda k: ms[k])
-        median = statistics.median(ms.values())
-        if median > 0:  # under DDP a rank slow outside its step makes the others' steps long
-            why = "all ranks wait for it" if straggler is None or straggler[0] == slow \
-                else f"waiting for rank {straggler[0]}"
-            out.append(f"slowest: rank {slow}, {format_ms(ms[slow])}, "
-                       f"{ms[slow] / median - 1:+.0%} vs median ({why})")
+    if sum(1 for r in rows if r.recent) > 1:
+        out.append(slowest_text(slowest_rank({r.rank: r.recent for r in rows})))
     peaks = {k: v["peak"] for k, v in vals.items() if v["peak"] is not None}
     if len(peaks) > 1:
         top = max(peaks, key=lambda k: peaks[k])
         excess = peaks[top] - statistics.median(peaks.values())
         out.append(f"highest peak: rank {top}, {format_bytes(peaks[top])}, "
                    f"+{format_bytes(excess)} over median")
-    if straggler is not None and straggler[2] > 0:
-        out.append(f"straggler {excess_text(straggler)}")
     for r in rows:
         if r.leak:
             out.append(f"LEAK suspected on rank {r.rank} ({r.leak})")
@@ -133,11 +126,13 @@ def rank_table_lines(rows: list[RankRow], width: int, height: int) -> list[str]:
         spread_rows = [stat(min, "min"), stat(statistics.median, "median"), stat(max, "max")]
     notes = [fit(n, width) for n in highlights(rows)]
     room = height - len(lines)
+    # the spread rows sit right under the ranks' counters they summarise, the phase block
+    # after them under its own header (issue 44: below "split" they read as phase times)
     phases = phase_rows(rows, width)
     if room >= len(phases) + len(spread_rows) + len(notes):
-        return lines + phases + spread_rows + notes
+        return lines + spread_rows + phases + notes
     if room >= len(phases) + 1 + len(notes) and spread_rows:
-        return lines + phases + [spread_rows[1]] + notes
+        return lines + [spread_rows[1]] + phases + notes
     if room >= len(spread_rows) + len(notes):
         return lines + spread_rows + notes
     if spread_rows and room >= 1 + len(notes):

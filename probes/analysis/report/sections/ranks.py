@@ -1,6 +1,7 @@
 """The report's section for a run of several ranks: each rank's results, the spread across
-ranks (min / median / max), the slowest rank and the highest peak, and the effective global
-batch. Built from the per-rank files only; a lone process has no such section (null).
+ranks (min / median / max), the slowest rank (the one the others wait for: the rank table's
+definition), the highest peak, and the effective global batch. Built from the per-rank files
+only; a lone process has no such section (null).
 """
 
 from __future__ import annotations
@@ -9,10 +10,17 @@ from collections.abc import Callable
 from typing import Any
 
 from probes.analysis.measured import measured_steps
-from probes.analysis.ranks import failure_text, rank_ends, read_process_exits, spread
+from probes.analysis.ranks import (
+    failure_text,
+    rank_ends,
+    read_process_exits,
+    slowest_rank,
+    slowest_text,
+    spread,
+)
 from probes.analysis.report.context import ReportContext, warmup_steps
 from probes.analysis.report.sections.results import train_results
-from probes.analysis.step_split import excess_text, phase_excess, phase_medians
+from probes.analysis.step_split import phase_medians
 from probes.records.names import counter_name
 from probes.tools.tables import markdown_table
 from probes.tools.units import format_bytes, format_ms, format_rate
@@ -44,20 +52,13 @@ def _ranks(ctx: ReportContext) -> dict[str, Any]:
                          **{k: res.get(k) for k in ("steps_recorded", "last_step",
                                                     "final_loss", *SPREAD_KEYS)}})
     section: dict[str, Any] = {"count": len(per_rank), "per_rank": per_rank}
-    medians = {rank or 0: phase_medians(measured_steps(m.steps, warmup_steps(config))[0])
-               for rank, m in ctx.ranks.items()}  # issue 26: where each rank's step went
-    straggler = phase_excess(medians)
-    section["phase_medians_ms"] = {str(k): v for k, v in medians.items()}
-    section["straggler"] = excess_text(straggler) if straggler and straggler[2] > 0 else None
+    measured = {rank or 0: measured_steps(m.steps, warmup_steps(config))[0]
+                for rank, m in ctx.ranks.items()}
+    section["phase_medians_ms"] = {str(k): phase_medians(v) for k, v in measured.items()}
     section["spread"] = {k: _spread([r[k] for r in per_rank]) for k in SPREAD_KEYS}
-    ms = [(r["step_ms_p50"], r["rank"]) for r in per_rank if r["step_ms_p50"] is not None]
-    if ms:
-        slow_ms, slow = max(ms)
-        median = section["spread"]["step_ms_p50"]["median"]
-        section["slowest"] = {"rank": slow, "step_ms_p50": slow_ms,
-                              "over_median": slow_ms / median - 1 if median else None,
-                              "note": "in DDP every step waits for the slowest rank's "
-                                      "gradients, so its excess is what the others lose"}
+    slowest = slowest_rank(measured)  # the rank table's definition: the rank others wait for
+    section["slowest"] = slowest.to_json() if slowest else None
+    section["slowest_text"] = slowest_text(slowest) if len(measured) > 1 else None
     peaks = [(r["peak_allocated_bytes"], r["rank"]) for r in per_rank
              if r["peak_allocated_bytes"] is not None]
     if peaks:
@@ -108,13 +109,12 @@ def render(section: dict[str, Any], report: dict[str, Any]) -> list[str]:
              for k in SPREAD_KEYS]
     md += ["Spread across ranks:", "", markdown_table(["metric", "min", "median", "max"], srows,
                                              right={1, 2, 3}), ""]
-    if sec.get("slowest"):
-        s = sec["slowest"]
-        over = f"{s['over_median']:+.1%}" if s["over_median"] is not None else "n/a"
-        md.append(f"- Slowest rank: {s['rank']} (step p50 {format_ms(s['step_ms_p50'])}, {over} "
-                  f"over the median); {s['note']}.")
-    if sec.get("straggler"):
-        md.append(f"- Straggler (phase medians against the other ranks'): {sec['straggler']}.")
+    if sec.get("slowest_text"):  # the words of the rank table (probes/analysis/ranks.py)
+        text, how = sec["slowest_text"], ""
+        if (sec.get("slowest") or {}).get("phase"):
+            how = (" (phase medians against the other ranks'; under DDP the others wait for it "
+                   "in backward, the gradient all-reduce)")
+        md.append(f"- {text[0].upper()}{text[1:]}{how}.")
     if sec.get("highest_peak"):
         h = sec["highest_peak"]
         md.append(f"- Highest peak: rank {h['rank']} ({format_bytes(h['peak_allocated_bytes'])},"
