@@ -258,3 +258,30 @@ def test_a_phase_that_moved_under_a_percent_of_the_step_is_not_named():
     moved = phase_changes(phases(0.010), phases(0.009), median_ratio)
     assert moved["phases"]["data_wait_ms"]["measurable"]  # the noise rule alone calls it
     assert moved["moved"] is None
+
+
+def test_a_training_run_and_an_inference_run_are_refused_even_with_force(tmp_path, capsys):
+    """Issue 44 item 10: "0.171x the baseline … slower" of a training run against decode steps;
+    refused in one line, exit 2, as runs of different models are (--force does not apply)."""
+    train = write_run(tmp_path / "train")
+    infer = write_run(tmp_path / "infer", mode="infer")
+    for args in ([str(train), str(infer)], [str(infer), str(train), "--force"]):
+        assert main(["compare", *args, "--out", str(tmp_path / "out")]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and "Traceback" not in err, err
+        assert "training run" in err and "inference run" in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_folder_compared_with_itself_says_so(tmp_path, capsys):
+    """Issue 44 item 10: not "an A/A comparison" but the same folder on both sides, and it sets
+    no run-to-run noise floor for the other runs."""
+    a = write_run(tmp_path / "a")
+    b = write_run(tmp_path / "b", amp="bf16", step_ms=10.5, seed=3)
+    assert main(["compare", str(a), str(a), "--out", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    assert "both sides are the same folder" in out and str(a) in out
+    assert "an A/A comparison" not in out.replace("an A/A comparison needs", "")
+    result = compare_runs([a, a, b])
+    assert result["run_to_run_noise"] is None
+    assert [c["same_folder"] for c in result["comparisons"]] == [True, False]

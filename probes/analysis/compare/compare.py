@@ -36,7 +36,8 @@ IGNORED_VARIABLES = ("run_dir", "baseline", "resolved_device", "resolved_amp")
 MODEL_KEYS = ("layers", "heads", "dim")  # a different model needs --force to be compared
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_MAX_ROWS = 5000  # longer runs are thinned evenly before resampling
-NOISE_RULE = ("median over the measured steps (after warmup, profiler-window steps left out), "
+NOISE_RULE = ("median over the measured steps (after warmup, the steps memtop's profiler or "
+              "culprit look disturbed left out), "
               "band = p25-p75 of the per-step values; the change is the ratio of the medians "
               f"with a 95% bootstrap interval ({BOOTSTRAP_RESAMPLES} resamples of the per-step "
               "rows); a change is measurable only when the interval excludes 1 and B's median "
@@ -78,6 +79,11 @@ class RunFigures:
     @property
     def name(self) -> str:
         return self.run_dir.name
+
+    @property
+    def kind(self) -> str:
+        """"training" or "inference": their steps are different work, never compared."""
+        return "inference" if self.config.get("mode") == "infer" else "training"
 
     def headline(self) -> dict[str, Any]:
         """The figures `--baseline` and the sweep table show, JSON-able."""
@@ -139,7 +145,7 @@ def load_run(path: str | Path) -> RunFigures:
         step_ms=[v for r in measured if (v := finite_num(r.get("step_ms"))) is not None],
         peak_allocated_bytes=_max(peak_rows, "peak_allocated_bytes"),
         peak_reserved_bytes=_max(peak_rows, "reserved_bytes"),
-        driver_peak_bytes=_max(steps, "driver_used_bytes"),
+        driver_peak_bytes=_max(peak_rows, "driver_used_bytes"),
         skipped_steps=skipped if isinstance(skipped, int) and skipped >= 0 else 0,
         losses=losses, windows=profile_windows(rows.events, steps, run_dir),
         phases=phase_values(measured))
@@ -276,6 +282,7 @@ def compare_figures(a: RunFigures, b: RunFigures,
 
     out: dict[str, Any] = {
         "run": str(b.run_dir), "changed": changed, "warning": one_variable_warning(changed),
+        "same_folder": a.run_dir.resolve() == b.run_dir.resolve(),  # not a second run: no A/A
         "tokens_per_s": tps, "tokens_per_s_verdict": speed_verdict(tps),
         "step_ms": ms, "step_ms_verdict": speed_verdict(ms, higher_is_better=False),
         "peaks": {k: {"a": getattr(a, k), "b": getattr(b, k),
@@ -314,6 +321,10 @@ def compare_runs(paths: list[str | Path], force: bool = False,
     runs = [load_run(p) for p in paths]
     base = runs[0]
     for other in runs[1:]:
+        if other.kind != base.kind:  # --force or not: a decode step is not a training step
+            raise CompareError(f"{base.name} is {_a(base.kind)} run and {other.name} "
+                               f"{_a(other.kind)} run: their steps are different work; "
+                               "compare runs of one kind")
         diff = model_difference(base, other)
         if diff and not force:
             raise CompareError(f"{base.name} and {other.name} train different models ({diff}); "
@@ -323,6 +334,10 @@ def compare_runs(paths: list[str | Path], force: bool = False,
             "comparisons": comparisons, "run_to_run_noise": apply_run_to_run_noise(comparisons),
             "noise_rule": NOISE_RULE, "loss_tolerance": tolerance,
             "loss_curves": [loss_curve(r) for r in runs]}
+
+
+def _a(kind: str) -> str:
+    return f"an {kind}" if kind[0] in "aeiou" else f"a {kind}"
 
 
 def loss_curve(run: RunFigures, points: int = 400) -> dict[str, Any]:
@@ -339,7 +354,7 @@ def apply_run_to_run_noise(comparisons: list[dict[str, Any]]) -> dict[str, Any] 
     called no measurable difference either. None when no A/A run was given, or only such runs
     (a lone run with the same config is judged as any other: a change of the code, not of the
     config, is the usual reason to compare two such runs, and --fail-if-slower gates it)."""
-    aa = [c for c in comparisons if not c["changed"]]
+    aa = [c for c in comparisons if not c["changed"] and not c.get("same_folder")]
     if not aa or len(aa) == len(comparisons):
         return None  # no run it could apply to: its floor would be its own difference
     floor: dict[str, Any] = {"from": [Path(c["run"]).name for c in aa]}

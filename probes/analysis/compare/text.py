@@ -64,7 +64,11 @@ def _agreement_lines(loss: dict[str, Any]) -> list[str]:
 def comparison_lines(c: dict[str, Any], base: str) -> list[str]:
     name = Path(c["run"]).name
     out = [f"## {name} against {base}", ""]
-    if c["changed"]:
+    if c.get("same_folder"):
+        out.append(f"- Changed: nothing: both sides are the same folder ({c['run']}), so every "
+                   "figure is compared with itself; an A/A comparison needs a second run of the "
+                   "same config")
+    elif c["changed"]:
         out.append("- Changed: " + "; ".join(f"{x['name']} {x['a']!r} -> {x['b']!r}"
                                              for x in c["changed"]))
     else:
