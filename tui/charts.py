@@ -45,7 +45,7 @@ def loss_chart(curves: list[dict], color: bool = False, width: int = 78) -> str:
 def sweep_charts(data: dict, color: bool = False, width: int = 78) -> list[tuple[str, str]]:
     """Peak allocated vs T per series, measured points with the fitted a + b·T + c·T² drawn
     through them (explicit and sdpa on the same axes when both were swept); tokens/s vs T."""
-    from probes.analysis.sweep import OK, series_label, varied
+    from probes.analysis.sweep import OK, peak_names, series_label, varied
 
     rows = [r for r in data["cells"] if r["status"] == OK]
     if not rows:
@@ -70,14 +70,21 @@ def sweep_charts(data: dict, color: bool = False, width: int = 78) -> list[tuple
         tps = [(r["seq_len"], r["tokens_per_s_p50"]) for r in cells
                if r.get("tokens_per_s_p50") is not None]
         tps_series.append((label, [t for t, _ in tps], [v for _, v in tps]))
-    marks = ["dot"] * len(fitted) + ["ox+*#@%&"[k % 8] for k in range(len(points))]
-    peak = line_chart(fitted + points, title="peak allocated (MiB) vs T: marks measured, "
-                      "dots fitted a+b·T+c·T²", xlabel="T (tokens per sequence)",
+    # each fit its own small mark (one shared mark read as one curve), each series' points
+    # a letter-like one; the legend pairs them
+    marks = [FIT_MARKS[k % len(FIT_MARKS)] for k in range(len(fitted))] + \
+        ["ox+*#@%&"[k % 8] for k in range(len(points))]
+    name = peak_names(data)["peak_allocated_bytes"]
+    peak = line_chart(fitted + points, title=f"{name} (MiB) vs T: marks measured, "
+                      "small marks fitted a+b·T+c·T²", xlabel="T (tokens per sequence)",
                       ylabel="MiB", color=color, width=width, height=24, markers=marks,
                       points=[False] * len(fitted) + [True] * len(points))
     tps = line_chart(tps_series, title="tokens/s p50 vs T", xlabel="T", ylabel="tokens/s",
                      color=color, width=width, height=16, markers=["o", "x", "+", "*"])
-    return [("Peak allocated vs T", peak), ("Tokens/s vs T", tps)]
+    return [(f"{name[0].upper()}{name[1:]} vs T", peak), ("Tokens/s vs T", tps)]
+
+
+FIT_MARKS = ("·", "-", "~", "=")  # the fitted curves' marks in the sweep chart, one per series
 
 
 SPARK_BARS = "▁▂▃▄▅▆▇█"

@@ -5,7 +5,7 @@ the environment sets them: it runs alone.
 
 Ctrl-C, SIGTERM or a lost terminal (SIGHUP): the child (in its own session, so the terminal's
 signal reaches only the sweep) is asked to stop at its next step boundary; every finished cell
-is kept and the rest are listed as not run.
+is kept, the one in flight is "interrupted" and the rest are listed as not run.
 """
 
 from __future__ import annotations
@@ -20,7 +20,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from probes.analysis.sweep import OK, Cell, cell_result, not_run_row, write_outputs
+from probes.analysis.sweep import (
+    INTERRUPTED,
+    OK,
+    Cell,
+    cell_result,
+    interrupted_row,
+    not_run_row,
+    write_outputs,
+)
 from probes.tools.units import format_bytes, format_clock, format_rate
 from tui.output import quiet_stdout, say_all
 
@@ -212,8 +220,7 @@ def run_sweep(plan: SweepPlan, out: TextIO | None = None, tty: bool | None = Non
             cell = plan.cells[len(rows)]
             root = plan.folder / "cells" / cell.key
             if root.is_dir() and any(p.is_dir() for p in root.iterdir()):
-                rows.append(not_run_row(cell, "interrupted while running (its partial run "
-                                              f"folder is kept under {root})"))
+                rows.append(interrupted_row(cell, root))
     finally:
         for sig, handler in old_handlers.items():  # a hangup now must not cut the files short
             signal.signal(sig, signal.SIG_IGN if sig == signal.SIGHUP else handler)
@@ -229,9 +236,11 @@ def run_sweep(plan: SweepPlan, out: TextIO | None = None, tty: bool | None = Non
     text = render_markdown(data, charts(data, tty) if callable(charts) else [])
     text += (f"memtop: wrote {plan.folder}/sweep.md, sweep.json and sweep.csv in "
              f"{format_clock(final['wall_s'])}\n")
-    if interrupted:
-        text += (f"memtop: interrupted; {len(data['not_run'])} cell(s) not run: "
-                 + ", ".join(data["not_run"]) + "\n")
+    if interrupted:  # the words of sweep.md: the cell in flight "interrupted", the rest "not run"
+        stopped = [r["cell"] for r in rows if r["status"] == INTERRUPTED]
+        text += (f"memtop: interrupted{' while running ' + stopped[0] if stopped else ''}; "
+                 f"{len(data['not_run'])} cell(s) not run"
+                 + (": " + ", ".join(data["not_run"]) if data["not_run"] else "") + "\n")
     with contextlib.suppress(OSError):  # a terminal gone (SIGHUP): the files are written
         if out is sys.stdout:
             say_all(text)  # `| head` ends the output, not the sweep's exit status

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from probes.analysis.compare.compare import load_run
+from probes.records.names import counter_names, peak_name
 from probes.runfolder import RunFolderError, find_runs, write_json, write_text
 from probes.tools.tables import markdown_table
 from probes.tools.units import format_bytes, format_duration, format_ms, format_rate
@@ -24,6 +25,7 @@ from probes.tools.units import format_bytes, format_duration, format_ms, format_
 SWEEP_VERSION = 1
 AXES = ("batch_size", "seq_len", "attention", "amp", "dim", "layers")
 OK, OOM, FAILED, NOT_RUN = "ok", "oom", "failed", "not run"
+INTERRUPTED = "interrupted"  # the cell that was running when the sweep was stopped
 NEGLIGIBLE_SHARE = 0.005  # a c·T² share below this at every T is called no T² term
 _OOM_TEXT = ("out of memory", "can't allocate memory", "cannot allocate memory")
 CSV_FIELDS = ("cell", *AXES, "status", "peak_allocated_bytes", "peak_reserved_bytes",
@@ -114,6 +116,7 @@ def cell_result(cell: Cell, run_root: Path, returncode: int | None,
                            "wall_s": wall_s, "run_dir": str(run_dir) if run_dir else None,
                            "returncode": returncode}
     figures = load_run(run_dir).headline() if run_dir is not None and status == OK else {}
+    row["device"] = figures.get("device")  # what ran: the counters' names follow it
     tps, ms = figures.get("tokens_per_s"), figures.get("step_ms")
     row.update(peak_allocated_bytes=figures.get("peak_allocated_bytes"),
                peak_reserved_bytes=figures.get("peak_reserved_bytes"),
@@ -126,6 +129,24 @@ def cell_result(cell: Cell, run_root: Path, returncode: int | None,
 
 def not_run_row(cell: Cell, why: str = "the sweep was interrupted first") -> dict[str, Any]:
     return {"cell": cell.key, **asdict(cell), "status": NOT_RUN, "reason": why}
+
+
+def interrupted_row(cell: Cell, root: Path) -> dict[str, Any]:
+    """The cell that was running when the sweep was stopped: one status in sweep.md, .csv and
+    .json alike (it was "not run" in one and "interrupted while running" in another)."""
+    return {"cell": cell.key, **asdict(cell), "status": INTERRUPTED,
+            "reason": f"stopped while running; its partial run folder is kept under {root}"}
+
+
+def peak_names(data: dict[str, Any]) -> dict[str, str]:
+    """The peaks' names in the sweep's files and chart: the counters' one names on the device
+    the cells ran on (probes/records/names.py: heap peak / peak heap held on CPU)."""
+    devices = sorted({str(r["device"]) for r in data["cells"] if r.get("device")})
+    if not devices and data.get("device") not in (None, "auto"):
+        devices = [str(data["device"])]
+    devices = devices or ["cpu"]
+    return {"peak_allocated_bytes": counter_names("peak", *devices),
+            "peak_reserved_bytes": peak_name("reserved", *devices)}
 
 
 # ---- the fit ------------------------------------------------------------------------------------
@@ -191,9 +212,9 @@ def varied(rows: list[dict[str, Any]]) -> set[str]:
     return {a for a in AXES if len({r[a] for r in rows}) > 1}
 
 
-def table_lines(rows: list[dict[str, Any]]) -> list[str]:
-    header = ["cell", "status", "peak alloc", "peak resv", "tokens/s p50", "step p50",
-              "step p95", "wall"]
+def table_lines(rows: list[dict[str, Any]], names: dict[str, str]) -> list[str]:
+    header = ["cell", "status", names["peak_allocated_bytes"], names["peak_reserved_bytes"],
+              "tokens/s p50", "step p50", "step p95", "wall"]
     body = [[r["cell"], r["status"], format_bytes(r.get("peak_allocated_bytes")),
              format_bytes(r.get("peak_reserved_bytes")), format_rate(r.get("tokens_per_s_p50")),
              format_ms(r.get("step_ms_p50")), format_ms(r.get("step_ms_p95")),
@@ -241,15 +262,17 @@ def render_markdown(data: dict[str, Any], charts: list[tuple[str, str]] | None =
              f"Device {data.get('device')}; {data.get('warmup_steps')} warmup + "
              f"{data.get('measured_steps')} measured steps per cell, each cell in a fresh "
              "process, one at a time.", ""]
-    lines += table_lines(rows) + [""]
-    bad = [r for r in rows if r["status"] in (OOM, FAILED)]
+    names = peak_names(data)
+    lines += table_lines(rows, names) + [""]
+    bad = [r for r in rows if r["status"] in (OOM, FAILED, INTERRUPTED)]
     for r in bad:
         lines.append(f"- {r['cell']}: {r['status']}: {r.get('reason')}")
     if data["not_run"]:
         lines.append(f"- Not run ({len(data['not_run'])}): {', '.join(data['not_run'])}")
     if bad or data["not_run"]:
         lines.append("")
-    lines += ["## Peak allocated = a + b·T + c·T² per series (least squares)", ""]
+    peak = names["peak_allocated_bytes"]
+    lines += [f"## {peak[0].upper()}{peak[1:]} = a + b·T + c·T² per series (least squares)", ""]
     if data["fits"]:
         lines += fit_lines(data["fits"], axes_varied) + [""]
         for f in data["fits"]:
@@ -271,7 +294,8 @@ def render_markdown(data: dict[str, Any], charts: list[tuple[str, str]] | None =
         lines += ["No finished cells to fit.", ""]
     for title, text in charts or []:
         lines += [f"## {title}", "", "```", text.rstrip(), "```", ""]
-    lines += ["Peaks: allocated after the warmup reset (CUDA: max_memory_allocated; CPU: sampled "
-              "heap, read at the end of forward and of each step); reserved: max at step end. "
+    lines += [f"Peaks: {peak} after the warmup reset (CUDA: max_memory_allocated; CPU: sampled "
+              "heap, read at the end of forward and of each step); "
+              f"{names['peak_reserved_bytes']}: max at step end. "
               "Each cell's run folder is kept under cells/."]
     return "\n".join(lines) + "\n"

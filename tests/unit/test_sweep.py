@@ -4,12 +4,16 @@ tests/integration/test_sweep_process.py)."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 from factories import SWEEP_ARGS, write_run
 
 from probes import records as R
 from probes.analysis.sweep import (
     FAILED,
+    INTERRUPTED,
     NOT_RUN,
     OK,
     OOM,
@@ -18,6 +22,7 @@ from probes.analysis.sweep import (
     fit_quadratic,
     fits,
     grid,
+    interrupted_row,
     not_run_row,
     parse_list,
     share_grows,
@@ -125,8 +130,13 @@ def test_charts_draw_explicit_and_sdpa_on_the_same_axes(tmp_path):
                          "wall_s": 1.0})
     data = write_outputs(tmp_path, {"command": "memtop sweep"}, rows)
     charts = dict(sweep_charts(data))
-    peak = charts["Peak allocated vs T"]
+    peak = charts["Heap peak vs T"]  # CPU cells: the counter's one name
     assert "B=4 explicit" in peak and "B=4 sdpa" in peak and "B=4 explicit fit" in peak
+    # each fitted curve its own mark (issue 44 item 12: both were dots), in the legend too
+    legend = {m[2]: m[1] for m in re.finditer(r"(\S\S) B=4 (explicit fit|sdpa fit|explicit|sdpa)",
+                                              peak)}
+    assert legend["explicit fit"] != legend["sdpa fit"], legend
+    assert len(set(legend.values())) == 4, legend
     md = (tmp_path / "sweep.md").read_text()
     assert "B=4 explicit: the c·T² share grows with T, to 3.1%" in md
     assert "B=4 sdpa: no T² term" in md
@@ -144,3 +154,56 @@ def test_eta_predicts_the_cells_left_from_their_size():
     progress.walls = [10 + 0.01 * c.batch_size * c.seq_len for c in cells[:2]]
     left = sum(10 + 0.01 * c.batch_size * c.seq_len for c in cells[2:])
     assert progress.eta_s(2) == pytest.approx(left)
+
+
+def _cells(device: str | None, statuses: list[str]) -> list[dict]:
+    rows = []
+    for k, status in enumerate(statuses):
+        cell = Cell(4, 16 * (k + 1), "explicit", "off", 32, 1)
+        if status == OK:
+            rows.append({"cell": cell.key, "attention": "explicit", "amp": "off", "dim": 32,
+                         "layers": 1, "batch_size": 4, "seq_len": cell.seq_len, "status": OK,
+                         "device": device, "peak_allocated_bytes": 1000 + k,
+                         "peak_reserved_bytes": 2000, "tokens_per_s_p50": 10.0,
+                         "step_ms_p50": 5.0, "step_ms_p95": 6.0, "wall_s": 1.0})
+        elif status == INTERRUPTED:
+            rows.append(interrupted_row(cell, Path("cells") / cell.key))
+        else:
+            rows.append(not_run_row(cell))
+    return rows
+
+
+def test_sweep_md_names_the_peaks_by_the_devices_counters(tmp_path):
+    """Issue 44 item 12: "peak alloc / peak resv" on CPU, where every other file and screen says
+    heap peak / heap held (probes/records/names.py)."""
+    write_outputs(tmp_path, {"command": "memtop sweep", "device": "auto"}, _cells("cpu", [OK]))
+    md = (tmp_path / "sweep.md").read_text()
+    assert "| heap peak " in md and "| peak heap held " in md, md
+    assert "## Heap peak = a + b·T + c·T²" in md
+    assert not re.search(r"peak alloc|peak resv|[Pp]eak allocated|reserved:", md), md
+    write_outputs(tmp_path, {"command": "memtop sweep"}, _cells("cuda:0", [OK]))
+    md = (tmp_path / "sweep.md").read_text()
+    head = next(line for line in md.splitlines() if line.startswith("| cell"))
+    assert "| peak reserved " in head and "heap" not in head, head
+
+
+def test_an_interrupted_cell_has_one_status_in_every_file(tmp_path):
+    """Issue 44 item 12: the cell running at Ctrl-C was "not run" in sweep.md and "interrupted
+    while running" in sweep.csv; now "interrupted" in both, and in sweep.json."""
+    import csv
+    import json
+
+    data = write_outputs(tmp_path, {"command": "memtop sweep"},
+                         _cells("cpu", [OK, INTERRUPTED, NOT_RUN]))
+    md = (tmp_path / "sweep.md").read_text()
+    stopped = data["cells"][1]["cell"]
+    table = [line for line in md.splitlines() if line.startswith(f"| {stopped}")]
+    assert len(table) == 1 and f"| {INTERRUPTED} " in table[0], table
+    assert f"- {stopped}: interrupted: stopped while running" in md, md
+    assert "Not run (1): b4-t48" in md and stopped not in md.split("Not run (1)")[1], md
+    rows = list(csv.DictReader((tmp_path / "sweep.csv").read_text().splitlines()))
+    assert [r["status"] for r in rows] == [OK, INTERRUPTED, NOT_RUN]
+    assert "interrupted while running" not in (tmp_path / "sweep.csv").read_text()
+    cells = json.loads((tmp_path / "sweep.json").read_text())["cells"]
+    assert [c["status"] for c in cells] == [OK, INTERRUPTED, NOT_RUN]
+    assert data["not_run"] == [rows[2]["cell"]]
