@@ -23,7 +23,7 @@ from probes.runfolder.state import RunState
 @dataclass(frozen=True)
 class RunSummary:
     run_dir: Path
-    outcome: str  # live | finished | stopped | interrupted | failed | empty
+    outcome: str  # live | paused | finished | incomplete | stopped | interrupted | failed | empty
     steps: int
     ranks: int
     device: str | None
@@ -67,6 +67,21 @@ def _report_throughput(run_dir: Path) -> tuple[float | None, str] | None:
     return None
 
 
+def _report_gaps(run_dir: Path) -> str | None:
+    """Why report.json calls the run incomplete (its reasons joined), None when it is complete
+    or has no report: a finished run whose rows have bad lines is not listed "finished"."""
+    try:
+        report = json.loads((run_dir / REPORT_JSON).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(report, dict) or report.get("complete", True) is not False:
+        return None
+    reasons = report.get("incomplete_reasons")
+    if isinstance(reasons, list) and reasons:
+        return "; ".join(str(r) for r in reasons)
+    return "the report calls the run incomplete"
+
+
 def _live(run_dir: Path, rank: int | None) -> bool:
     try:
         answer = send_request(run_dir / socket_name(rank), {"request": "ping"}, timeout_s=0.5)
@@ -78,12 +93,13 @@ def _live(run_dir: Path, rank: int | None) -> bool:
 def run_outcome(state: RunState, run_dir: Path, rank: int | None = None,
                 ping: bool = True) -> str:
     """The run's outcome as its rows and its socket tell it: rows without run_finished are a
-    live run only while its socket answers a ping, else an interrupted one (killed, or its
-    machine went down); "empty" when there are no rows yet and nobody answers."""
+    live run only while its socket answers a ping ("paused" while it waits for a resume), else
+    an interrupted one (killed, or its machine went down); "empty" when there are no rows yet
+    and nobody answers."""
     outcome = state.outcome if state.records else "empty"
     if outcome in ("live", "empty") and not state.finished:
         if ping and _live(run_dir, rank):
-            return "live"
+            return "paused" if state.state == "paused" else "live"
         if outcome == "live":
             return "interrupted"  # no run_finished and nobody answers
     return outcome
@@ -107,9 +123,14 @@ def summarize_run(run_dir: Path, ping: bool = True) -> RunSummary:
     outcome = run_outcome(state, run_dir, rank, ping)
     last = state.last_sample
     warmup = _warmup(run_dir)
-    from_report = _report_throughput(run_dir) if outcome != "live" else None
+    live = outcome in ("live", "paused")
+    from_report = _report_throughput(run_dir) if not live else None
     value, unit = from_report or (_throughput(files[rank], warmup) if files else (None, "tok/s"))
-    reason = state.error or (state.stop_reason if outcome not in ("live", "finished") else None)
+    reason = state.error or (state.stop_reason if outcome not in ("live", "paused", "finished")
+                             else None)
+    gaps = _report_gaps(run_dir) if outcome == "finished" else None
+    if gaps:  # the report's own word (sections/header.py): "Incomplete run. 2 bad line(s)"
+        outcome, reason = "incomplete", gaps
     peak = last.peak_allocated_bytes if last is not None else None
     if len(files) > 1:  # several ranks: all ranks' throughput, the highest peak, who failed
         lasts = [_last_sample(path) for path in files.values()]
@@ -120,7 +141,7 @@ def summarize_run(run_dir: Path, ping: bool = True) -> RunSummary:
         peaks = [s.peak_allocated_bytes for s in lasts
                  if s is not None and s.peak_allocated_bytes is not None]
         peak = max(peaks) if peaks else peak
-        if outcome != "live":
+        if not live:
             from probes.analysis.ranks import failure_text, rank_ends, read_process_exits
 
             failed = failure_text(rank_ends(run_dir), read_process_exits(run_dir))

@@ -62,7 +62,8 @@ def run(args: argparse.Namespace) -> int:
     for path, name in zip(runs, names, strict=True):
         summary = summarize_run(path)
         line = format_row(summary, name, width)
-        if summary.reason and summary.outcome in ("failed", "stopped", "interrupted"):
+        if summary.reason and summary.outcome in ("failed", "stopped", "interrupted",
+                                                  "incomplete"):
             line += f"  {summary.reason}"
         print(line)
     return 0
