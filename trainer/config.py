@@ -235,6 +235,38 @@ class TrainConfig:
             raise ValueError(f"--device {self.device} names one GPU, but --nproc {self.nproc} "
                              "runs one rank per GPU; use --device cuda (or auto)")
 
+    @classmethod
+    def from_options(cls, typed: dict[str, Any], **defaults: Any) -> TrainConfig:
+        """The config of the options a user typed. Every other option takes its default, or,
+        where that default would contradict a typed value, the value that follows it: T at
+        most a typed block size, a block at least a typed T, heads that divide a typed width, a
+        width that typed heads divide, steps that reach the end of a typed --profile-at window.
+        So only two typed values can conflict, and __post_init__'s error then names both.
+        ``defaults``: the caller's own defaults for options not typed (the CLI's steps)."""
+        values = {**defaults, **typed}
+        base = cls()
+
+        def given(name: str) -> Any:  # a typed positive integer, else None (checked later)
+            value = typed.get(name)
+            return value if isinstance(value, int) and value > 0 else None
+
+        if "seq_len" not in typed and given("block_size"):
+            values["seq_len"] = min(base.seq_len, typed["block_size"])
+        if "block_size" not in typed and given("seq_len"):
+            values["block_size"] = max(base.block_size, typed["seq_len"])
+        if "heads" not in typed and (dim := given("dim")):
+            values["heads"] = max(h for h in range(1, base.heads + 1) if dim % h == 0)
+        if "dim" not in typed and (heads := given("heads")):
+            values["dim"] = heads * -(-base.dim // heads)  # the default, or the next multiple
+        steps, at = values.get("steps", base.steps), typed.get("profile_at") or []
+        if "steps" not in typed and steps and at and all(isinstance(a, int) for a in at):
+            window = sum(values.get(k, getattr(base, k)) for k in (
+                "profile_wait", "profile_warmup", "profile_active"))
+            if all(isinstance(w, int) for w in (window, steps)):
+                values["steps"] = max(steps, max(at) + window)
+        values["profile_at"] = list(values.get("profile_at") or [])
+        return cls(**values)
+
     def resolve(self) -> tuple[torch.device, str]:
         """(device, amp mode) on this machine; ValueError when it lacks them. Imports torch."""
         return self.torch_device, self.amp_mode

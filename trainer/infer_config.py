@@ -90,13 +90,9 @@ class InferConfig:
         """The shape of a freshly initialised model: the options, else the training defaults."""
         from trainer.model import GPTConfig
 
-        train = TrainConfig()
-        shape = {opt: getattr(self, opt) if getattr(self, opt) is not None else getattr(train, opt)
-                 for opt in _SHAPE}
-        if shape["dim"] % shape["heads"]:
-            raise ValueError(f"--dim {shape['dim']} must be divisible by --heads "
-                             f"{shape['heads']}")
-        return GPTConfig(**{field: shape[opt] for opt, field in _SHAPE.items()})
+        train = TrainConfig.from_options({opt: getattr(self, opt) for opt in _SHAPE
+                                          if getattr(self, opt) is not None})
+        return GPTConfig(**{field: getattr(train, opt) for opt, field in _SHAPE.items()})
 
     def check_against(self, weights: GPTConfig, source: str) -> None:
         """Every shape option given must be the weights' own (they cannot be changed)."""
@@ -106,10 +102,49 @@ class InferConfig:
                 raise ValueError(f"{_flag(opt)} {mine} does not match the weights in {source} "
                                  f"({opt.replace('_', ' ')} {theirs}); leave it out to use "
                                  "the weights' own")
+        self.follow_block(weights.block_size)
         self.check_fits(weights)
+
+    # options that follow the typed ones -----------------------------------------------------
+    @classmethod
+    def from_options(cls, typed: dict[str, Any]) -> InferConfig:
+        """The config of the options a user typed; the others take their defaults, or follow
+        a typed value their default would contradict (TrainConfig.from_options does the same
+        for training): prompt and new tokens fit a typed --block-size (or the weights', once
+        read: ``follow_block``), a fresh model's block grows to a typed prompt + new tokens,
+        --baseline-tokens is at most --new-tokens. Only two typed values can conflict, and
+        the error then names both."""
+        values = dict(typed)
+        base = cls()
+        asked = typed.get("baseline_tokens")
+        if "new_tokens" not in typed and isinstance(asked, int) and asked > base.new_tokens:
+            values["new_tokens"] = asked  # as many new tokens as the baseline makes
+        if "weights" not in typed and "block_size" not in typed:
+            context = TrainConfig().block_size  # a fresh model's, unless more is typed
+            needed = values.get("prompt_len", base.prompt_len) + values.get("new_tokens",
+                                                                            base.new_tokens)
+            if isinstance(needed, int) and needed > context:
+                values["block_size"] = needed
+        config = cls(**_lengths(values, typed, typed.get("block_size"), base))
+        config._typed = frozenset(typed)
+        return config
+
+    def follow_block(self, block_size: int) -> None:
+        """Prompt, new and baseline tokens the user did not type follow the weights' block."""
+        typed = getattr(self, "_typed", None)
+        if typed is None:  # built directly: every value is as given
+            return
+        values = _lengths(dataclasses.asdict(self), {k: getattr(self, k) for k in typed},
+                          block_size, type(self)())
+        for name in ("prompt_len", "new_tokens", "baseline_tokens"):
+            setattr(self, name, values[name])
 
     def check_fits(self, model: GPTConfig) -> None:
         total = self.prompt_len + self.new_tokens
+        if self.prompt_len >= model.block_size:
+            raise ValueError(f"--prompt-len {self.prompt_len} leaves no room for a new token in "
+                             f"the model's block size {model.block_size} (its position table "
+                             "ends there)")
         if total > model.block_size:
             raise ValueError(f"--prompt-len {self.prompt_len} + --new-tokens {self.new_tokens} "
                              f"= {total} tokens is past the model's block size "
@@ -167,6 +202,23 @@ def prepare_model(cfg: InferConfig) -> ModelSpec:
     if cfg.attention is not None:
         config = dataclasses.replace(config, attention=cfg.attention)
     return ModelSpec(config, state, str(path))
+
+
+def _lengths(values: dict[str, Any], typed: dict[str, Any], block: Any,
+             base: InferConfig) -> dict[str, Any]:
+    """``values`` with the token counts not typed fitted to a known ``block`` (a prompt at most
+    half of it, new tokens the rest) and a baseline at most the new tokens."""
+    values = dict(values)
+    if isinstance(block, int) and block > 1:
+        if "prompt_len" not in typed:
+            values["prompt_len"] = min(base.prompt_len, block // 2)
+        room = block - values["prompt_len"] if isinstance(values.get("prompt_len"), int) else 0
+        if "new_tokens" not in typed and room > 0:
+            values["new_tokens"] = min(base.new_tokens, room)
+    new = values.get("new_tokens", base.new_tokens)
+    if "baseline_tokens" not in typed and isinstance(new, int) and new > 0:
+        values["baseline_tokens"] = min(base.baseline_tokens, new)
+    return values
 
 
 def _flag(name: str) -> str:

@@ -43,7 +43,7 @@ class SweepPlan:
     device: str = "auto"
     warmup_steps: int = 5
     steps: int = 20  # measured steps, after warmup
-    heads: int = 4
+    heads: int | None = None  # None: each cell's follows its --dim (TrainConfig.from_options)
     block_size: int = 128
     seed: int = 1337
     max_memory_bytes: int | None = None
@@ -55,7 +55,7 @@ class SweepPlan:
                "--device", self.device, "--amp", cell.amp,
                "--batch-size", str(cell.batch_size), "--seq-len", str(cell.seq_len),
                "--block-size", str(self.block_size), "--layers", str(cell.layers),
-               "--heads", str(self.heads), "--dim", str(cell.dim),
+               *(["--heads", str(self.heads)] if self.heads else []), "--dim", str(cell.dim),
                "--attention", cell.attention, "--seed", str(self.seed),
                "--steps", str(self.warmup_steps + self.steps),
                "--warmup-steps", str(self.warmup_steps),

@@ -20,7 +20,7 @@ NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is availabl
     (["--device", "tpu"], "unknown device 'tpu'"),
     pytest.param(["--device", "cuda"], "CUDA is not available", marks=NO_CUDA),
     pytest.param(["--device", "cuda:1"], "CUDA is not available", marks=NO_CUDA),
-    (["--seq-len", "256"], "above the block size 128"),
+    (["--seq-len", "256", "--block-size", "128"], "above the block size 128"),
     (["--attention", "flash"], "invalid choice: 'flash'"),
     (["--steps", "-1"], "--steps must be zero or a positive integer"),
     (["--steps", "ten"], "'ten' is not an integer"),

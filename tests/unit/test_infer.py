@@ -159,7 +159,8 @@ def test_refusals(tmp_path, capsys):
     import torch
 
     args = ["infer", "--headless", "--device", "cpu", "--run-dir", str(tmp_path / "runs")]
-    _refused(capsys, [*args, "--prompt-len", "100", "--new-tokens", "64"], "block size 128")
+    _refused(capsys, [*args, "--prompt-len", "100", "--new-tokens", "64", "--block-size", "128"],
+             "block size 128")  # typed, all three (untyped, a fresh model's block follows)
     good = _weights(tmp_path)
     _refused(capsys, [*args, "--weights", str(good), "--layers", "3"], "--layers 3",
              "does not match")

@@ -21,7 +21,8 @@ class HelpFormatter(argparse.HelpFormatter):
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
-        if "%(default)" in text or action.default in (None, False, [], argparse.SUPPRESS) \
+        default = action.default.value if isinstance(action.default, Default) else action.default
+        if "%(default)" in text or default in (None, False, [], argparse.SUPPRESS) \
                 or isinstance(action, argparse._StoreFalseAction):
             return text
         return text + " (default: %(default)s)"
@@ -77,3 +78,38 @@ def default_of(cls: type, name: str) -> Any:
             if f.default_factory is not dataclasses.MISSING:
                 return f.default_factory()
     raise KeyError(name)
+
+
+class Default:
+    """An option's default as argparse holds it: the config field's value, marked as not typed
+    by the user, so the config can let it follow the options the user did type (issue 38 §3:
+    ``--new-tokens 4`` alone makes the baseline 4 tokens, not an error about an option never
+    typed). --help shows the value."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __repr__(self) -> str:
+        return f"Default({self.value!r})"
+
+
+def option_default(cls: type, name: str) -> Any:
+    """argparse's default for an option of config field ``name``: ``Default(value)``, or None
+    for a list (an append option: argparse appends to its default, so it must be a list or
+    None; None is not typed either)."""
+    value = default_of(cls, name)
+    return None if isinstance(value, list) else Default(value)
+
+
+def typed_options(args: argparse.Namespace, cls: type) -> dict[str, Any]:
+    """The fields of config dataclass ``cls`` the user typed (an option parsed with
+    ``option_default`` holds a Default, or None, until typed): what a config built by
+    ``cls.from_options`` follows."""
+    return {f.name: value for f in dataclasses.fields(cls)
+            if (value := getattr(args, f.name, None)) is not None
+            and not isinstance(value, Default)}

@@ -10,13 +10,20 @@ import sys
 
 from trainer.choices import AMP_MODES, ATTENTION_KINDS
 from trainer.infer_config import PROFILE_PHASES, InferConfig
-from tui.commands.argtypes import UsageError, default_of, int_arg, size_arg
+from tui.commands.argtypes import (
+    UsageError,
+    int_arg,
+    option_default,
+    size_arg,
+    typed_options,
+)
 
 
 def _opt(group: argparse._ArgumentGroup, flag: str, field: str, help: str = "", **kw) -> None:
     if kw.get("type") is int_arg:
         kw.setdefault("metavar", "N")
-    group.add_argument(flag, dest=field, default=default_of(InferConfig, field), help=help, **kw)
+    group.add_argument(flag, dest=field, default=option_default(InferConfig, field), help=help,
+                       **kw)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -44,13 +51,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                               ("--dim", "dim", "model width"),
                               ("--block-size", "block_size", "longest context")):
         _opt(g, flag, field, f"{what} of a fresh model (default: the weights', else memtop "
-             "train's)", type=int_arg)
+             "train's, which follow each other as there; a fresh block holds --prompt-len + "
+             "--new-tokens)" if field == "block_size" else f"{what} of a fresh model (default: "
+             "the weights', else memtop train's, which follow each other as there)",
+             type=int_arg)
     _opt(g, "--attention", "attention", "explicit or sdpa (default: the weights', else "
          "explicit)", choices=ATTENTION_KINDS)
     g = p.add_argument_group("requests")
     _opt(g, "--batch-size", "batch_size", "concurrent sequences per request (B)", type=int_arg)
-    _opt(g, "--prompt-len", "prompt_len", "prompt tokens per sequence", type=int_arg)
-    _opt(g, "--new-tokens", "new_tokens", "tokens generated per sequence", type=int_arg)
+    _opt(g, "--prompt-len", "prompt_len", "prompt tokens per sequence (default: %(default)s, "
+         "at most half a typed --block-size or the weights')", type=int_arg)
+    _opt(g, "--new-tokens", "new_tokens", "tokens generated per sequence (default: "
+         "%(default)s, at most what the block leaves after the prompt)", type=int_arg)
     _opt(g, "--requests", "requests", "rounds of B sequences; the first is the warm-up",
          type=int_arg)
     _opt(g, "--top-k", "top_k", "0 = greedy, else sample among the k likeliest",
@@ -59,7 +71,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
          metavar="T")
     _opt(g, "--seed", "seed", "random seed (prompts, init, sampling)", type=int_arg)
     _opt(g, "--baseline-tokens", "baseline_tokens", "tokens made with and without the cache "
-         "at the end, to measure its trade; 0 skips", type=int_arg)
+         "at the end, to measure its trade; 0 skips (default: %(default)s, at most "
+         "--new-tokens)", type=int_arg)
     _opt(g, "--max-memory", "max_memory_bytes", "the admission budget, e.g. 6GiB (default: "
          "device memory, or host RAM on CPU)", type=size_arg, metavar="SIZE")
     g = p.add_argument_group("profiler windows")
@@ -70,10 +83,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> InferConfig:
-    import dataclasses
-
-    return InferConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(InferConfig)
-                          if hasattr(args, f.name)})
+    return InferConfig.from_options(typed_options(args, InferConfig))
 
 
 def run(args: argparse.Namespace) -> int:

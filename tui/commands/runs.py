@@ -6,7 +6,8 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from tui.commands.argtypes import EXIT_USAGE
+from trainer.config import TrainConfig
+from tui.commands.argtypes import EXIT_USAGE, default_of
 
 if TYPE_CHECKING:
     from probes.analysis.runlist import RunSummary
@@ -19,7 +20,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                    "throughput (the report's p50 over measured steps; a live "
                                    "run: its last 512 steps) and peak memory. A run's id "
                                    "is its start time.")
-    p.add_argument("folder", metavar="FOLDER", nargs="?", default="runs",
+    p.add_argument("folder", metavar="FOLDER", nargs="?", default=DEFAULT_FOLDER,
                    help="a folder of runs (default: %(default)s)")
 
 
@@ -37,6 +38,9 @@ def format_row(s: RunSummary, name: str | None = None, width: int = NAME_WIDTH) 
             f"{s.amp or 'n/a':<4} {rate:>13} {format_bytes(s.peak_bytes):>9}")
 
 
+DEFAULT_FOLDER = default_of(TrainConfig, "run_dir")  # where memtop train writes
+
+
 def header(width: int = NAME_WIDTH) -> str:
     return (f"{'RUN':<{width}} {'STATE':<11} {'STEPS':>7} {'DEVICE':<8} {'AMP':<4} "
             f"{'THROUGHPUT':>13} {'PEAK':>9}")
@@ -50,7 +54,12 @@ def run(args: argparse.Namespace) -> int:
 
     root = Path(args.folder)
     if not root.is_dir():
-        print(f"memtop runs: {root} is not a folder", file=sys.stderr)
+        where = root.resolve()
+        what = "is not a folder" if root.exists() else "does not exist"
+        hint = (" (memtop train writes its runs there, in the folder it was started from)"
+                if args.folder == DEFAULT_FOLDER else "")
+        print(f"memtop runs: {where} {what}{hint}; point it at a folder of runs: "
+              "`memtop runs DIR`", file=sys.stderr)
         return EXIT_USAGE
     runs = [root] if is_run_folder(root) else find_runs(root)
     if not runs:

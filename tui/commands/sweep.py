@@ -50,8 +50,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--warmup-steps", type=int_arg, default=default_of(TrainConfig,
                                                                      "warmup_steps"),
                    metavar="N", help="steps before the peaks reset and timing starts")
-    g.add_argument("--heads", type=int_arg, default=default_of(TrainConfig, "heads"),
-                   metavar="N", help="attention heads")
+    g.add_argument("--heads", type=int_arg, default=None, metavar="N",
+                   help=f"attention heads (default: {default_of(TrainConfig, 'heads')}, or the "
+                        "largest below it that divides each --dim)")
     g.add_argument("--block-size", type=int_arg, default=None, metavar="N",
                    help="the model's longest context (default: the largest of --seq-len "
                         f"and {default_of(TrainConfig, 'block_size')})")
@@ -93,12 +94,13 @@ def plan_from_args(args: argparse.Namespace) -> SweepPlan:
     block = args.block_size or max(max(axes["seq_len"]), default_of(TrainConfig, "block_size"))
     cells = grid(axes)
     for cell in cells:  # every cell must be a valid run: refuse now, not after an hour
-        config = TrainConfig(device=args.device, amp=cell.amp, batch_size=cell.batch_size,
-                             seq_len=cell.seq_len, block_size=block, layers=cell.layers,
-                             heads=args.heads, dim=cell.dim, attention=cell.attention,
-                             steps=args.warmup_steps + args.steps,
-                             warmup_steps=args.warmup_steps, seed=args.seed,
-                             max_memory_bytes=args.max_memory)
+        heads = {} if args.heads is None else {"heads": args.heads}  # else it follows --dim
+        config = TrainConfig.from_options(dict(
+            device=args.device, amp=cell.amp, batch_size=cell.batch_size,
+            seq_len=cell.seq_len, block_size=block, layers=cell.layers, dim=cell.dim,
+            attention=cell.attention, steps=args.warmup_steps + args.steps,
+            warmup_steps=args.warmup_steps, seed=args.seed, max_memory_bytes=args.max_memory,
+            **heads))
     if config.device.strip().lower() != "cpu":  # cpu is always here; else import torch, ask
         for amp in axes["amp"]:
             TrainConfig(device=args.device, amp=amp).resolve()

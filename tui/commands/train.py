@@ -11,7 +11,14 @@ from pathlib import Path
 
 from trainer.choices import AMP_MODES, ATTENTION_KINDS, LEAK_KINDS
 from trainer.config import TrainConfig
-from tui.commands.argtypes import UsageError, default_of, int_arg, size_arg
+from tui.commands.argtypes import (
+    UsageError,
+    default_of,
+    int_arg,
+    option_default,
+    size_arg,
+    typed_options,
+)
 
 HEADLESS_STEPS = default_of(TrainConfig, "steps")  # the dashboard runs until stopped instead
 
@@ -20,7 +27,8 @@ def _opt(group: argparse._ArgumentGroup, flag: str, field: str, help: str = "", 
     """An option whose default is the config field's (one definition of each default)."""
     if kw.get("type") is int_arg:
         kw.setdefault("metavar", "N")
-    group.add_argument(flag, dest=field, default=default_of(TrainConfig, field), help=help, **kw)
+    group.add_argument(flag, dest=field, default=option_default(TrainConfig, field), help=help,
+                       **kw)
 
 
 def add_model_options(parser: argparse.ArgumentParser) -> None:
@@ -32,12 +40,15 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
          choices=AMP_MODES)
     g = parser.add_argument_group("model and data")
     _opt(g, "--batch-size", "batch_size", "sequences per step (B)", type=int_arg)
-    _opt(g, "--seq-len", "seq_len", "tokens per sequence (T)", type=int_arg)
-    _opt(g, "--block-size", "block_size", "longest context; --seq-len may not exceed it",
-         type=int_arg)
+    _opt(g, "--seq-len", "seq_len", "tokens per sequence (T) (default: %(default)s, at most a "
+         "typed --block-size)", type=int_arg)
+    _opt(g, "--block-size", "block_size", "longest context; --seq-len may not exceed it "
+         "(default: %(default)s, or a typed --seq-len)", type=int_arg)
     _opt(g, "--layers", "layers", "transformer blocks", type=int_arg)
-    _opt(g, "--heads", "heads", "attention heads", type=int_arg)
-    _opt(g, "--dim", "dim", "model width; divisible by --heads", type=int_arg)
+    _opt(g, "--heads", "heads", "attention heads (default: %(default)s, or the largest "
+         "below it that divides a typed --dim)", type=int_arg)
+    _opt(g, "--dim", "dim", "model width; divisible by --heads (default: %(default)s, or the "
+         "next multiple of typed --heads)", type=int_arg)
     _opt(g, "--attention", "attention", "explicit stores B×heads×T×T scores; sdpa is fused",
          choices=ATTENTION_KINDS)
     _opt(g, "--seed", "seed", "random seed", type=int_arg)
@@ -69,7 +80,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g = p.add_argument_group("training")
     g.add_argument("--steps", type=int_arg, default=None, metavar="N",
                    help=f"optimizer steps, 0 = until stopped (default: {HEADLESS_STEPS} "
-                        "headless, 0 in the dashboard)")
+                        "headless, 0 in the dashboard; more if a --profile-at window "
+                        "ends later)")
     _opt(g, "--lr", "lr", "AdamW learning rate", type=float, metavar="LR")
     _opt(g, "--warmup-steps", "warmup_steps", "steps before the peak counters are reset",
          type=int_arg)
@@ -102,15 +114,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
-    """argparse namespace -> validated TrainConfig (ValueError on bad values)."""
-    import dataclasses
-
-    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)
-              if hasattr(args, f.name)}
-    values["steps"] = args.steps if args.steps is not None else (
-        HEADLESS_STEPS if args.headless else 0)
-    values["profile_at"] = list(values.get("profile_at") or [])
-    return TrainConfig(**values)
+    """argparse namespace -> validated TrainConfig (ValueError on bad values); the options
+    not typed follow the typed ones (TrainConfig.from_options)."""
+    return TrainConfig.from_options(typed_options(args, TrainConfig),
+                                    steps=HEADLESS_STEPS if args.headless else 0)
 
 
 def check_ranks(config: TrainConfig) -> None:
