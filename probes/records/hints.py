@@ -37,7 +37,9 @@ HINTS: tuple[HintKind, ...] = (
     HintKind("cpu_bf16_emulated", "cpu", "bf16 autocast on a CPU without native bf16",
              "without AVX512-BF16 or AMX the CPU converts every bf16 matmul to fp32 and back: "
              "the default model trained ~16× slower than in fp32 on such a CPU "
-             "(benchmarks/RESULTS.md). --amp off trains faster; bf16 still halves activations"),
+             "(benchmarks/RESULTS.md). --amp off trains faster; bf16 still halves activations. "
+             "--amp auto picks fp32 there; MEMTOP_CPU_BF16=native|emulated overrides the CPU's "
+             "flags where they mislead (a VM that hides them), and the header then names it"),
     HintKind("cache_large", "cuda", "reserved ≫ allocated (a large allocator cache)",
              "freed blocks stay cached for reuse; varying shapes leave gaps the next request "
              "cannot use. PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True lets segments grow "

@@ -73,3 +73,16 @@ def test_a_cuda_runs_config_loads_on_a_machine_without_cuda():
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="CUDA is not available"):
             config.resolve()
+
+
+def test_runs_without_a_runs_folder_says_where_it_looked(tmp_path):
+    from factories import run_cli
+
+    result = run_cli("runs", cwd=tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    line = result.stderr.strip()
+    assert line.startswith(f"memtop runs: {tmp_path.resolve() / 'runs'} does not exist")
+    assert "`memtop runs DIR`" in line and "\n" not in line
+    (tmp_path / "afile").write_text("x")
+    line = run_cli("runs", str(tmp_path / "afile"), cwd=tmp_path).stderr.strip()
+    assert "afile is not a folder" in line and "`memtop runs DIR`" in line
