@@ -142,24 +142,36 @@ def header_text(*, device_name: str, device_total: int | None, amp: str, batch: 
                 seq: int | None, params: int | None, step: int, elapsed_s: float | None,
                 state: str, width: int, switches: str | None = None,
                 amp_reason: str | None = None) -> str:
-    """The header line; drops the least useful parts first when narrow. B/T are left out for
-    a loop that did not say them; ``switches``: an inference run's eval/inference_mode/scaler;
-    ``amp_reason``: run_started's, whose short part says why ``--amp auto`` chose fp32."""
+    """The header line; drops the least useful parts first when narrow: params, the memory
+    total, B/T and the switches, the device; the amp mode and its reason stay as long as the
+    step, clock and state fit beside them (README: the header says why auto chose fp32, at
+    80 columns too). B/T are left out for a loop that did not say them; ``switches``: an
+    inference run's eval/inference_mode/scaler; ``amp_reason``: run_started's, whose short
+    part says why ``--amp auto`` chose fp32."""
     total = f" {format_bytes(device_total)}" if device_total else ""
     if total and str(device_name).upper().startswith("CPU"):
         total += " RAM"  # the host's memory, not a device's
-    device = f"{device_name or '…'}{total}"
-    shape = [f"B{batch} T{seq}"] if batch and seq else []
+    name = device_name or "…"
     why = amp_short_reason(amp, amp_reason)
     amp_part = f"amp {amp}" + (f" ({why})" if why else "")
-    parts = [device, amp_part, *shape, *([switches] if switches else []),
-             f"{format_count(params)} params",
-             f"step {step}", format_clock(elapsed_s), state.upper()]
-    for sep, lead in ((" │ ", " memtop │ "), (" │ ", " "), (" · ", " "), (" ", "")):
-        text = lead + sep.join(parts)
-        if len(text) <= width:
-            return text
-    return fit(" ".join(parts[3:] if len(parts) > 3 else parts), width)
+    shape = [f"B{batch} T{seq}"] if batch and seq else []
+    extra = [*shape, *([switches] if switches else [])]
+    tail = [f"step {step}", format_clock(elapsed_s), state.upper()]
+    params_part = [f"{format_count(params)} params"]
+    variants = (
+        [name + total, amp_part, *extra, *params_part, *tail],
+        [name + total, amp_part, *extra, *tail],
+        [name, amp_part, *extra, *tail],
+        [name, amp_part, *tail],
+        [amp_part, *tail],
+    )
+    for seps in (((" │ ", " memtop │ "), (" │ ", " "), (" · ", " ")), ((" ", ""),)):
+        for parts in variants:
+            for sep, lead in seps:
+                text = lead + sep.join(parts)
+                if len(text) <= width:
+                    return text
+    return fit(" ".join(tail), width)
 
 
 def profile_text(phase: str | None, requested: bool, available: bool,

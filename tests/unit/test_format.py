@@ -92,6 +92,22 @@ def test_header_text_fits_80_columns_and_keeps_the_essentials():
     assert "CPU 24.0 GiB RAM" in cpu and len(cpu) <= 80  # the host's memory, said so
 
 
+def test_header_at_80_columns_keeps_the_amp_mode_and_why_auto_chose_it():
+    """README: the header says `amp off (auto: fp32, no native bf16)`; at 80 columns it gave
+    way to params and the clock ("25.1k params step 12 0:03 RUNNING", issue 38)."""
+    why = "auto: fp32, no native bf16; this CPU has avx2 but neither avx512_bf16 nor amx_bf16"
+    kw = dict(device_name="CPU", device_total=24 * 1024**3, amp="off", amp_reason=why,
+              batch=4, seq=16, params=25056, state="running")
+    for step, clock in ((12, 3.0), (123456, 3725.0)):
+        text = f.header_text(width=80, step=step, elapsed_s=clock, **kw)
+        assert len(text) <= 80
+        assert "amp off (auto: fp32, no native bf16)" in text, text
+        assert f"step {step}" in text and "RUNNING" in text
+    assert "B4 T16" in f.header_text(width=80, step=12, elapsed_s=3.0, **kw)
+    wide = f.header_text(width=120, step=12, elapsed_s=3.0, **kw)
+    assert "CPU 24.0 GiB RAM" in wide and "25.1k params" in wide
+
+
 def test_clock_duration_and_count():
     assert u.format_clock(59) == "0:59" and u.format_clock(3725) == "1:02:05"
     assert u.format_clock(None) == "n/a"
