@@ -24,7 +24,7 @@ from probes import records as R
 from probes.control.requests import RunControl
 from probes.instruments.hooks import GPTShape
 from probes.monitor.session import RunSession
-from probes.records import StepSample
+from probes.records import StepSample, is_disturbed
 from probes.runfolder.recorder import Sink
 from probes.runfolder.state import RunState
 from probes.tools.kvcache import (
@@ -126,8 +126,9 @@ class InferenceRunner(BackgroundRun):
         self.bpe = DTYPE_BYTES[amp]
         for block in model.transformer.h:  # CPU: fold mid-forward heap readings into the peak
             block.register_forward_hook(lambda *_: self.memory.observe_peak())
-        phases = {"both": (R.PREFILL, R.DECODE), "none": ()}.get(cfg.profile_phase,
-                                                                 (cfg.profile_phase,))
+        phases = {"both": (R.PREFILL, R.DECODE), "none": (),
+                  "auto": (R.PREFILL, R.DECODE) if cfg.requests >= 2 else ()}.get(
+            cfg.profile_phase, (cfg.profile_phase,))
         self.profiler = prof = PhaseProfiler(phases, cfg.profile_active,
                                              at_request=2 if cfg.requests >= 2 else 1)
         prof.setup(session.context(
@@ -192,7 +193,7 @@ class InferenceRunner(BackgroundRun):
             sample, tok, _ = self._step(R.DECODE, request, cache,
                                         lambda t: model.decode_step(t, cache), tok)
             decode.append(sample)
-        clean = [s.step_ms for s in decode if not s.profiling]
+        clean = [s.step_ms for s in decode if not is_disturbed(s)]  # records/disturbed.py
         dec_s = sum(s.step_ms for s in decode) / 1000.0
         session.emit(R.REQUEST_DONE, session.step, {
             "request": request, "ttft_ms": first.step_ms,
@@ -234,12 +235,14 @@ class InferenceRunner(BackgroundRun):
                               generator=self.gen)
         nxt.cpu()  # the new tokens reach the host: the step (and on CUDA the device) is done
         dt = max(time.perf_counter() - t0, 1e-9)
-        reading = self.memory.read()
+        disturbed = session.disturbance(session.step, tracing)  # out of the run's peak too
+        reading = self.memory.read(count_peak=disturbed is None)
         tokens = cfg.batch_size * (cfg.prompt_len if phase == R.PREFILL else 1)
         sample = session.step_sample(
             session.step, reading, dt, amp=self.amp, tokens_in_step=tokens, profiling=tracing,
-            phase=phase, tokens=tokens, request=request, context_tokens=cache.length,
-            kv_cache_bytes=cache.nbytes(), kv_cache_predicted_bytes=self._predicted(cache.length))
+            disturbed=disturbed, phase=phase, tokens=tokens, request=request,
+            context_tokens=cache.length, kv_cache_bytes=cache.nbytes(),
+            kv_cache_predicted_bytes=self._predicted(cache.length))
         session.recorder.publish(sample)
         self.profiler.end_step(session.step, sample)
         return sample, nxt, reading.step_peak_allocated_bytes

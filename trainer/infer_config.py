@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
     from trainer.model import GPTConfig
 
-PROFILE_PHASES = ("both", "prefill", "decode", "none")
+PROFILE_PHASES = ("auto", "both", "prefill", "decode", "none")
 _SHAPE = {"layers": "n_layer", "heads": "n_head", "dim": "n_embd", "block_size": "block_size",
           "attention": "attention"}  # option -> GPTConfig field
 
@@ -44,7 +44,10 @@ class InferConfig:
     block_size: int | None = None
     attention: str | None = None
     baseline_tokens: int = 8  # cache-off baseline: tokens made both ways at the end; 0 = skip
-    profile_phase: str = "both"  # profiler windows: both | prefill | decode | none
+    # profiler windows: auto | both | prefill | decode | none, in request 2 (the first warms
+    # up); auto = both, but none with one request: a window in the only request would be in
+    # its TTFT, decode times and admission (issue 44). One asked for then runs in request 1.
+    profile_phase: str = "auto"
     profile_active: int = 3  # decode steps the decode window records
     max_memory_bytes: int | None = None  # the admission budget; default the device's total
     run_dir: str = "runs"

@@ -55,6 +55,12 @@ class PaneSpec:
         return self.cuda if device_type == "cuda" else self.cpu
 
 
+_UNDISTURBED = ("The steps memtop's own diagnosis disturbed are left out of it and of its "
+                "min/max (a profiler window's traced steps, the steps while its table is "
+                "computed and the 3 after, a culprit look's steps and the one after): the pane "
+                "holds the last step before them.")
+
+
 # ---- how values and notes are read ------------------------------------------------------------
 def throughput(sample: StepSample) -> float | None:
     """tokens/s when the loop counts tokens, else samples/s, else steps/s."""
@@ -179,15 +185,19 @@ PANES: tuple[PaneSpec, ...] = (
             *_named("peak", "cpu"),
             "the largest heap used value memtop saw, at the end of each step and after each "
             "forward pass (while that read costs ≤ 0.2% of a step) and at the ledger's "
-            "measurements, since the reset after warmup, leaving out the steps the profiler "
-            "traced (its buffers are not the model's). A sampled peak can miss a spike "
+            "measurements, since the reset after warmup, leaving out the steps memtop's own "
+            "diagnosis disturbed (a profiler window's traced steps, the steps while its table "
+            "is computed and the 3 after, a culprit look's steps and the one after: their "
+            "buffers are not the model's). A sampled peak can miss a spike "
             "between two samples; CUDA keeps a true high-water mark, CPU does not."),
         cuda=OnDevice(
             *_named("peak", "cuda"),
             "the allocator's high-water mark, reset at the start of every step and read at its "
             "end (that step's peak is what an OOM runs into; --max-memory watches it and "
             "reserved); the pane shows the largest step peak since warmup, leaving out the "
-            "steps the profiler traced, the mark that "
+            "steps memtop's own diagnosis disturbed (a profiler window's traced steps, the "
+            "steps while its table is computed and the 3 after, a culprit look's steps and "
+            "the one after), the mark that "
             "decides whether a bigger batch fits. All three come from one memory_stats read "
             "per step."),
         value=lambda s: s.peak_allocated_bytes),
@@ -221,21 +231,22 @@ PANES: tuple[PaneSpec, ...] = (
         **_both("tokens/s", "tok/s",
                 "B×T divided by the wall time of the whole step (data to optimizer update), "
                 "timed when the step ends. A loop that counts samples instead shows samples/s, "
-                "one that counts neither steps/s."),
-        value=throughput, sample_label=throughput_label),
+                "one that counts neither steps/s. The steps a profiler window or a culprit look "
+                "disturbed are left out: the pane holds the last step before them."),
+        value=throughput, sample_label=throughput_label, holds_last=R.is_disturbed),
     PaneSpec(
         "step_ms", "ms",
         cpu=OnDevice("step time", "step",
                      "the wall time of the whole step (data to optimizer update), from its start "
-                     "to its end."),
+                     "to its end. " + _UNDISTURBED),
         cuda=OnDevice("step time", "step",
                       "the wall time of the whole step (data to optimizer update), from its "
-                      "start to its end.",
+                      "start to its end. " + _UNDISTURBED,
                       note_help="GPU busy: NVML's utilisation at its latest poll (every 0.5 s, "
                                 "off the step path): the share of the last sample period in "
                                 "which a kernel ran, not how much of the GPU it used; n/a on "
                                 "MIG slices, which do not report it."),
-        value=lambda s: s.step_ms, note=gpu_busy_note),
+        value=lambda s: s.step_ms, note=gpu_busy_note, holds_last=R.is_disturbed),
     PaneSpec(
         "loss", "loss",
         **_both("loss", "loss",

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from probes.analysis.compare.compare import load_run
-from probes.records import StepSample
+from probes.records import StepSample, is_disturbed
 from probes.runfolder import RunFolderError
 from probes.tools.stats import percentile
 
@@ -20,8 +20,9 @@ LIVE_WINDOW = 512  # the medians are over the last this-many measured steps
 
 
 class LiveFigures:
-    """tokens/s and step time medians over measured steps (after warmup, profiler steps left
-    out, as compare.load_run does), and the peak allocated after the warmup reset."""
+    """tokens/s and step time medians over measured steps (after warmup, the disturbed steps
+    left out, as compare.load_run does: records/disturbed.py), and the peak allocated after
+    the warmup reset."""
 
     def __init__(self, warmup_steps: int, window: int = LIVE_WINDOW) -> None:
         self.warmup_steps = warmup_steps
@@ -32,7 +33,7 @@ class LiveFigures:
     def push(self, s: StepSample) -> None:
         if s.step >= max(self.warmup_steps, 1) and s.peak_allocated_bytes is not None:
             self.peak = max(self.peak or 0, s.peak_allocated_bytes)
-        if s.step <= self.warmup_steps or s.profiling:
+        if s.step <= self.warmup_steps or is_disturbed(s):
             return
         if s.tokens_per_s is not None:
             self.tokens.append(s.tokens_per_s)

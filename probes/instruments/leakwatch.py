@@ -38,10 +38,11 @@ class LeakWatch(StepHook):
     ``leak_suspected`` / ``leak_cleared`` events.
 
     On CPU the sampled "allocated" is the host heap, so there is one series (process RSS where
-    glibc's mallinfo2 is missing: coarser, but it still grows with a leak). Warmup steps, steps
-    the profiler traced (``sample.profiling``: its wait, warmup and active steps, not the
-    table's analysis, which runs in a child process) and ``settle_steps`` after them (the
-    trace's export frees the profiler's buffers into the next steps' heap readings),
+    glibc's mallinfo2 is missing: coarser, but it still grows with a leak). Warmup steps, the
+    steps memtop's own diagnosis disturbed (``sample.disturbed``, probes/records/disturbed.py:
+    a profiler window's traced steps, those while its table is computed and the ones settling
+    after it, a culprit look's steps and the one after: tracemalloc grows the heap), a traced
+    row's ``settle_steps`` after it where a row does not say (built without the session),
     and the jump across a pause (the UI thread allocates in the same heap meanwhile) or across
     an evaluation or a checkpoint save between steps (``between_steps``) are left out.
 
@@ -68,7 +69,7 @@ class LeakWatch(StepHook):
         self.pause_gap_s = pause_gap_s
         self.detectors: dict[str, LeakDetector] = {}
         self.alerts: dict[str, dict[str, Any]] = {}  # counter -> data of the open alert
-        self.ignored_steps = 0  # warmup, profiler window and settling steps
+        self.ignored_steps = 0  # warmup and disturbed steps (profiler window, culprit look)
         self.pauses_seen = 0
         self._warmup = 0
         self._settle_until = 0
@@ -99,9 +100,10 @@ class LeakWatch(StepHook):
         if self._prev_time_s is not None:
             gap_s = sample.time_s - self._prev_time_s - sample.step_ms / 1000.0
         self._prev_time_s = sample.time_s
-        if sample.profiling:
+        if sample.profiling:  # (a row built without the session's rule still settles)
             self._settle_until = step + self.settle_steps
-        if step <= self._warmup or sample.profiling or step <= self._settle_until:
+        if step <= self._warmup or sample.disturbed is not None or sample.profiling \
+                or step <= self._settle_until:
             self.ignored_steps += 1
             self._gap()
             return

@@ -321,7 +321,8 @@ class Monitor:
             if error is not None:
                 raise error
         self._scale_watch.update(scale)
-        reading = self.memory.read(count_peak=not self._tracing)  # records.counts_toward_peak
+        disturbed = self.session.disturbance(step, self._tracing)  # records/disturbed.py
+        reading = self.memory.read(count_peak=disturbed is None)  # records.counts_toward_peak
         if step == self.warmup_steps:
             self.memory.reset_peak()  # set-up and first-step allocations leave the run's peak
         row = self.session.step_draft(
@@ -330,7 +331,7 @@ class Monitor:
             samples_in_step=v.samples if v.samples is not None else self.samples_per_step,
             loss=loss, scale=scale if self.scaler else None,
             skipped_steps=self._scale_watch.skipped, grad_norm=grad_norm,
-            profiling=self._tracing, leak_active=self.leak_active,
+            profiling=self._tracing, disturbed=disturbed, leak_active=self.leak_active,
             micro_batches=v.micro_batches or self._micro or None)
         if split is not None:  # phases.ROW_FIELDS, set on the draft in one statement
             (row.data_wait_ms, row.forward_ms, row.backward_ms, row.optimizer_ms, row.other_ms,

@@ -172,12 +172,20 @@ class RunSession:
             samples_in_step=samples_in_step, loss=loss, scale=scale, skipped_steps=skipped_steps,
             **fields))
 
+    def disturbance(self, step: int, traced: bool = False) -> str | None:
+        """Why memtop's own diagnosis disturbed ``step`` (probes/records/disturbed.py), from
+        the events published so far; None when it did not. Its row says it (``disturbed``) and
+        its high-water mark stays out of the run's peak."""
+        return self.recorder.state.disturbed.reason(step, traced)
+
     def step_draft(self, step: int, reading: MemoryReading, step_s: float, *, amp: str,
                    tokens_in_step: int | None = None, samples_in_step: int | None = None,
                    loss: Any = None, scale: float | None = None, skipped_steps: int = 0,
                    **fields: Any) -> Any:
         """``step_sample``'s row as a StepDraft, still open to the writer's last fields (the
         Monitor's step split) before ``freeze_step`` (probes/records/step.py: why)."""
+        if "disturbed" not in fields:  # the writer may have asked first (its peak's read)
+            fields["disturbed"] = self.disturbance(step, fields.get("profiling", False))
         driver = reading.host_rss_bytes
         repeats = None  # heap_read_step: the row repeats an earlier step's heap read
         if reading.heap_fresh:

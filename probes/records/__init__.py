@@ -16,6 +16,13 @@ never torch (docs/ARCHITECTURE.md).
 
 from __future__ import annotations
 
+from probes.records.disturbed import (  # noqa: F401
+    PEAK_RULE,
+    counts_toward_peak,
+    disturbed_reason,
+    is_disturbed,
+    mark_disturbed,
+)
 from probes.records.errors import (  # noqa: F401
     MemtopError,
     MonitorArgumentError,
@@ -36,6 +43,7 @@ from probes.records.events import (  # noqa: F401
     LEAK_DEMO_STARTED,
     LEAK_DEMO_STOPPED,
     LEAK_FORECAST,
+    LEAK_LOOK,
     LEAK_SUSPECTED,
     LEDGER,
     LEDGER_FAILED,
@@ -82,7 +90,6 @@ from probes.records.step import (  # noqa: F401
     DECODE,
     GPU_BUSY_FIELDS,
     INFERENCE_FIELDS,
-    PEAK_RULE,
     PHASES,
     PREFILL,
     SPLIT_FIELDS,
@@ -90,7 +97,6 @@ from probes.records.step import (  # noqa: F401
     STEP_FIELDS,
     StepDraft,
     StepSample,
-    counts_toward_peak,
     freeze_step,
     step_row_problem,
 )
@@ -119,6 +125,9 @@ __all__ = [
     "LEAK_COUNTER_NAMES",
     "LEAK_COUNTER_SHORT",
     "counts_toward_peak",
+    "disturbed_reason",
+    "is_disturbed",
+    "mark_disturbed",
     "finite_num",
     "has_type",
     "clean",
@@ -154,6 +163,7 @@ __all__ = [
     "LEAK_SUSPECTED",
     "LEAK_CLEARED",
     "LEAK_CULPRIT",
+    "LEAK_LOOK",
     "LEAK_FORECAST",
     "LEAK_DEMO_STARTED",
     "LEAK_DEMO_STOPPED",

@@ -137,6 +137,7 @@ CACHE_BASELINE = "cache_baseline"
 EVALUATE = "evaluate"
 SAVE = "save"
 LEAK_CULPRIT = "leak_culprit"
+LEAK_LOOK = "leak_look"
 
 _OP_FIELDS = {"name": "str", "calls": "int", "self_cpu_us": "num", "cpu_total_us": "num",
               "self_device_us": "num", "device_total_us": "num", "cpu_memory_bytes": "int",
@@ -302,6 +303,8 @@ _KINDS = (
     EventKind(LEAK_SUSPECTED, "sustained growth of end-of-step memory", _LEAK_FIELDS,
               summary=_leak,
               required=("counter", "bytes_per_step", "since_step")),
+    EventKind(LEAK_LOOK, "the culprit finder's first look: its steps until leak_culprit are "
+              "disturbed (probes/records/disturbed.py)", {"trigger": "str"}, loud=False),
     EventKind(LEAK_CULPRIT, "what grew between two looks and what holds it (the finder)",
               LEAK_CULPRIT_FIELDS, summary=culprit_summary,
               required=("culprits", "steps")),

@@ -37,8 +37,11 @@ class StepSample:
     amp: str  # "off" | "bf16" | "fp16" (autocast seen in the forward pass) | "unknown"
     device: str  # "cpu" | "cuda:0" ...
     grad_norm: float | None = None  # total gradient norm before clipping (unscaled)
-    profiling: bool = False  # the profiler traced this step (wait, warmup or active); not the
-    # steps while the window's table is analysed afterwards (a child process does that)
+    profiling: bool = False  # the profiler traced this step (wait, warmup or active)
+    # why memtop's own diagnosis disturbed this step (traced, the window's analysis, the steps
+    # settling after it, a culprit look): one of probes/records/disturbed.py's REASONS, None
+    # when undisturbed; every figure (timing, peaks, the leak detector) leaves such steps out
+    disturbed: str | None = None
     leak_active: bool = False  # a leak demo was injecting during this step
     samples_per_s: float | None = None  # for loops that count samples, not tokens
     micro_batches: int | None = None  # forward passes in this optimizer step (accumulation)
@@ -204,15 +207,3 @@ _GET_ALL = operator.attrgetter(*_STEP_FIELDS)
 _GET_TRAINING = operator.attrgetter(*STEP_FIELDS)
 _GET_INFERENCE = operator.attrgetter(*INFERENCE_FIELDS)
 _NO_INFERENCE = (None,) * len(INFERENCE_FIELDS)
-
-
-PEAK_RULE = ("peaks leave out the steps the profiler traced (its wait, warmup and active "
-             "steps), as step timing and the leak detector do: tracing's own buffers are not "
-             "the model's memory")
-
-
-def counts_toward_peak(row: StepSample | Mapping[str, Any]) -> bool:
-    """One rule for every peak memtop shows (the pane, headless, the report): a step the
-    profiler traced does not count (``PEAK_RULE``)."""
-    profiling = row.profiling if isinstance(row, StepSample) else row.get("profiling")
-    return not profiling

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from probes.records import Record, record_from_json, step_row_problem
+from probes.records import Record, mark_disturbed, record_from_json, step_row_problem
 from probes.runfolder.layout import CONFIG, RunFolderError
 
 
@@ -101,6 +101,7 @@ def read_rows(path: Path) -> Rows:
             if out.first_bad is None:
                 out.first_bad = f"line {number}: {row}"
     out.truncated = bool(raw) and (last_bad or not raw.endswith(b"\n"))
+    mark_disturbed(out.rows)  # an older folder's rows, by today's rule (records/disturbed.py)
     return out
 
 
@@ -184,6 +185,7 @@ def read_history(path: Path, keep_last: int = 512, chart_points: int = 512) -> H
         else:
             parsed[start] = row
     rows = [parsed[k] for k in sorted(parsed) if k in events or k in tail]
+    mark_disturbed(rows)  # every event is here: the tail's steps are marked as a full read's
     chart = [parsed[k] for k in sorted(chart_at) if k in parsed and "event" not in parsed[k]]
     return History(rows, chart, steps_total, bad, end)
 

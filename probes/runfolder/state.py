@@ -12,6 +12,7 @@ from typing import Any
 
 from probes import records as R
 from probes.records import Event, Record, StepSample
+from probes.records.disturbed import DisturbedSteps
 
 
 @dataclass
@@ -75,6 +76,9 @@ class RunState:
     records: int = 0
     paused_s: float = 0.0  # the run's clock spent in pauses already resumed
     paused_at: float | None = None  # the run's clock when the pause in course began
+    # which steps memtop's own diagnosis disturbs, fed every event (probes/records/disturbed.py):
+    # the session asks it for each row it builds
+    disturbed: DisturbedSteps = field(default_factory=DisturbedSteps)
 
     def run_clock(self, now_s: float) -> float:
         """The header's clock: the run's time ``now_s`` without its pauses, held while one
@@ -119,6 +123,7 @@ class RunState:
     def _event(self, e: Event) -> None:
         d = e.data
         name = e.event
+        self.disturbed.event(name, e.step, d)
         if name == R.RUN_STARTED:
             self.started = dict(d)
             self.state = "running"

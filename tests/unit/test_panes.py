@@ -67,4 +67,5 @@ def test_the_loss_pane_holds_a_loss_logged_every_few_steps():
     assert loss.holds_last(make_sample(loss=None))
     assert not loss.holds_last(make_sample(loss=math.nan))
     assert loss.value(make_sample(loss=math.nan)) is None
-    assert all(spec.holds_last is None for spec in p.PANES if spec.id != "loss")
+    assert all(spec.holds_last is None for spec in p.PANES
+               if spec.id not in ("loss", "step_ms", "tokens"))  # those two: disturbed steps

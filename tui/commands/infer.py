@@ -76,8 +76,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     _opt(g, "--max-memory", "max_memory_bytes", "the admission budget, e.g. 6GiB (default: "
          "device memory, or host RAM on CPU)", type=size_arg, metavar="SIZE")
     g = p.add_argument_group("profiler windows")
-    _opt(g, "--profile-phase", "profile_phase", "which phase gets a profiler window (in "
-         "request 2)", choices=PROFILE_PHASES)
+    _opt(g, "--profile-phase", "profile_phase", "which phase gets a profiler window, in "
+         "request 2 (request 1 warms up); auto (the default) = both, but none with --requests "
+         "1; a phase asked for with --requests 1 is profiled in the only request, whose TTFT "
+         "and decode times then carry the profiler", choices=PROFILE_PHASES)
     _opt(g, "--profile-active", "profile_active", "decode steps the decode window records",
          type=int_arg)
 

@@ -27,7 +27,8 @@ from tui.widgets.metric_pane import HISTORY
 
 KEYS = (
     ("p", "profiler window (wait, warmup, active steps), then the top-ops table; "
-          "p during a window cancels it"),
+          "p during a window cancels it. Its traced steps, the steps while the table is "
+          "computed and the 3 after are left out of the leak detector, timing and peaks"),
     ("l", "leak demo on/off; off drops what was leaked (the fix)"),
     ("space", "pause / resume at the next step boundary (the header's clock holds while "
               "paused: it counts the run's time without its pauses)"),
@@ -36,7 +37,8 @@ KEYS = (
     ("m", "CUDA: memory snapshot into the run folder for pytorch.org/memory_viz (state only "
           "unless --memory-history)"),
     ("w", "who holds memory: what grew over the next steps and what keeps it (also "
-          "automatic at a leak alert)"),
+          "automatic at a leak alert); the look's steps and the one after are left out of "
+          "the leak detector, timing and peaks"),
     ("o", "change the top-ops sort column"),
     ("v", "the lower area: chart, top ops, ledger, step split under 100 columns; from 100 "
           "the chart with top ops and ledger beside it, then the step split"),
@@ -98,7 +100,8 @@ WARNINGS = (
     "Memory held by live tensors (a kept loss with its graph, a list of outputs) stays, and "
     "calling it often makes later allocations slower. Fix the reference that keeps the tensors "
     "alive instead.",
-    "[b]leak alert[/b]: the detector watches end-of-step memory after warmup; a sustained rise "
+    "[b]leak alert[/b]: the detector watches end-of-step memory after warmup, leaving out the "
+    "steps a profiler window or a culprit look (w) disturbed; a sustained rise "
     "raises the banner and marks the pane that grew. Usual causes: losses.append(loss) (log "
     "loss.item() instead), outputs kept on the device (move them off with .cpu() or drop them).",
 )

@@ -39,9 +39,10 @@ class PhaseThroughputPane(Widget):
         yield self._dec
 
     def push(self, samples: list[StepSample]) -> None:
-        """Take step rows; profiled steps are left out (the profiler slows them)."""
+        """Take step rows; the steps a profiler window disturbed are left out (traced, its
+        table computed, the 3 after: probes/records/disturbed.py)."""
         for s in samples:
-            if s.profiling or s.phase not in R.PHASES:
+            if R.is_disturbed(s) or s.phase not in R.PHASES:
                 continue
             (self.prefill if s.phase == R.PREFILL else self.decode).append(s)
             self._dirty = True

@@ -4,7 +4,9 @@ the socket) it looks at what is alive, looks again ``gap_steps`` steps later, an
 
 Both looks run at a step boundary on the training thread. Between looks tracemalloc runs (and
 on CUDA nothing more: the allocator history is a GPU claim, benchmarks/gpu_claims_culprits.py);
-at other times the hook does nothing but read a dict's length at the end of each step.
+at other times the hook does nothing but read a dict's length at the end of each step. The first
+look writes ``leak_look``: from it to ``leak_culprit`` (and the step after) the steps are
+disturbed, left out of the leak detector, timing and peaks (probes/records/disturbed.py).
 """
 
 from __future__ import annotations
@@ -109,6 +111,9 @@ class CulpritFinder(StepHook):
         self._host.start()
         self._cuda.start(self.ctx.device, already_on=not self.ctx.memory_history.startswith("off"))
         self._first_s = time.perf_counter() - t0
+        # the look's steps, to its leak_culprit, and the one after are disturbed: tracemalloc
+        # and the censuses grow the heap (probes/records/disturbed.py; issue 38)
+        self.ctx.emit(Event(R.LEAK_LOOK, step, self.ctx.elapsed_s(), {"trigger": trigger}))
 
     def _look_second(self, step: int) -> Event:
         first, self.first = self.first, None

@@ -9,7 +9,7 @@ from typing import Any
 from probes import records as R
 from probes.analysis.report.context import ReportContext
 from probes.analysis.report.sections.results import peak_rows
-from probes.records import finite_num
+from probes.records import counts_toward_peak, finite_num, is_disturbed
 from probes.records.names import counter_name
 from probes.tools.kvcache import KV_FORMULA
 from probes.tools.stats import percentile
@@ -48,8 +48,9 @@ def infer_results(ctx: ReportContext) -> dict[str, Any]:
         return [r for r in steps if r.get("phase") == phase and (r.get("request") or 0) > warm]
 
     pre, dec = rows(R.PREFILL), rows(R.DECODE)
-    pre_clean = [r for r in pre if not r.get("profiling")] or pre
-    dec_clean = [r for r in dec if not r.get("profiling")] or dec
+    pre_clean = [r for r in pre if not is_disturbed(r)] or pre  # records/disturbed.py
+    dec_clean = [r for r in dec if not is_disturbed(r)] or dec
+    peak_of = [r for r in steps if counts_toward_peak(r)] or steps
 
     def ms(rs: list[dict[str, Any]]) -> list[float]:
         return [v for v in (finite_num(r.get("step_ms")) for r in rs) if v is not None]
@@ -59,8 +60,8 @@ def infer_results(ctx: ReportContext) -> dict[str, Any]:
         toks = sum(r.get("tokens") or 0 for r in rs)
         return toks / secs if secs > 0 and toks else None
 
-    def peak(key: str) -> int | None:
-        vals = [finite_num(r.get(key)) for r in steps]
+    def peak(key: str, rows: list[dict[str, Any]] = peak_of) -> int | None:
+        vals = [finite_num(r.get(key)) for r in rows]
         vals = [v for v in vals if v is not None]
         return int(max(vals)) if vals else None
 
@@ -75,7 +76,7 @@ def infer_results(ctx: ReportContext) -> dict[str, Any]:
     # linearity, like with like: the longest measured (not warm-up, unprofiled) decode run
     by_req: dict[Any, list[dict[str, Any]]] = {}
     for r in steps:
-        if r.get("phase") == R.DECODE and not r.get("profiling"):
+        if r.get("phase") == R.DECODE and not is_disturbed(r):
             by_req.setdefault(r.get("request"), []).append(r)
     measured = {k: v for k, v in by_req.items() if (k or 0) > warm} or by_req
     slope_req = max(measured, key=lambda k: len(measured[k])) if measured else None
@@ -99,8 +100,8 @@ def infer_results(ctx: ReportContext) -> dict[str, Any]:
         "peak_allocated_bytes": peak("peak_allocated_bytes"),
         "peak_reserved_bytes": peak("reserved_bytes"),
         "driver_peak_bytes": peak("driver_used_bytes"),
-        "kv_cache_bytes_max": peak("kv_cache_bytes"),
-        "kv_cache_predicted_bytes_max": peak("kv_cache_predicted_bytes"),
+        "kv_cache_bytes_max": peak("kv_cache_bytes", steps),
+        "kv_cache_predicted_bytes_max": peak("kv_cache_predicted_bytes", steps),
         "kv_error_max": max(errors, key=abs) if errors else None,
         "kv_rows_checked": len(errors),
         "kv_bytes_per_token": per_token, "kv_bytes_per_position": per_position,

@@ -48,6 +48,7 @@ def render(section: dict[str, Any], report: dict[str, Any]) -> list[str]:
         ["warmup", f"request 1 of {inp['requests']} left out of the statistics"
                    if res["warmup_requests"] else "none (a single request)"],
         ["measurement", "wall clock per step until its new tokens are on the host "
-                        "(one .cpu() per step); profiled steps left out"],
+                        "(one .cpu() per step); the steps a profiler window disturbed "
+                        "(traced, its table computed, the 3 after) left out"],
     ]
     return ["## Setup", "", markdown_table(["field", "value"], rows), ""]
