@@ -143,7 +143,7 @@ def header_text(*, device_name: str, device_total: int | None, amp: str, batch: 
                 state: str, width: int, switches: str | None = None,
                 amp_reason: str | None = None) -> str:
     """The header line; drops the least useful parts first when narrow: params, the memory
-    total, B/T and the switches, the device; the amp mode and its reason stay as long as the
+    total, the switches, the device, B/T; the amp mode and its reason stay as long as the
     step, clock and state fit beside them (README: the header says why auto chose fp32, at
     80 columns too). B/T are left out for a loop that did not say them; ``switches``: an
     inference run's eval/inference_mode/scaler; ``amp_reason``: run_started's, whose short
@@ -162,6 +162,8 @@ def header_text(*, device_name: str, device_total: int | None, amp: str, batch: 
         [name + total, amp_part, *extra, *params_part, *tail],
         [name + total, amp_part, *extra, *tail],
         [name, amp_part, *extra, *tail],
+        [name, amp_part, *shape, *tail],  # an inference run's switches are fixed: they go first
+        [amp_part, *shape, *tail],
         [name, amp_part, *tail],
         [amp_part, *tail],
     )

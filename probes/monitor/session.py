@@ -37,7 +37,7 @@ from probes import records as R
 from probes.control.requests import Request, RunControl
 from probes.control.unix_socket import ControlServer
 from probes.counters.cudamem import dump_snapshot, failure_artifacts, start_history, stop_history
-from probes.counters.host import host_ram_bytes
+from probes.counters.host import cpu_bf16_override, host_ram_bytes
 from probes.counters.memory import MemoryProbe, MemoryReading
 from probes.counters.nvml import NvmlPoller
 from probes.counters.sysinfo import system_info
@@ -148,6 +148,7 @@ class RunSession:
             "nvml_error": nvml.error if nvml else None,
             "nvml_match": nvml.match if nvml else None,
             "mig": nvml.is_mig if nvml and nvml.available else None,
+            "cpu_bf16_override": cpu_bf16_override() if device.type == "cpu" else None,
             **self.run_started_extra, **fields, "pid": os.getpid(),
             "socket": server.path.name if server and not server.error else None,
             "socket_error": server.error if server else "not listening",

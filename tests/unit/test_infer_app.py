@@ -32,8 +32,11 @@ async def test_infer_dashboard_shows_the_cache_growing(tmp_path, size):
             await wait_for(pilot, lambda: "n/a tok/s" not in phases.text[1]
                            and phases.text[1].startswith("decode"), "decode throughput")
             assert phases.text[0].startswith("prefill") and "TTFT" in phases.text[0]
-            await wait_for(pilot, lambda: "eval·inference_mode·no scaler"
-                           in app.header_bar.text, "the three switches in the header")
+            shape = f"B{cfg.batch_size} T{cfg.prompt_len + cfg.new_tokens}"
+            await wait_for(pilot, lambda: shape in app.header_bar.text, "B/T in the header")
+            assert f"amp {app.run_state.amp}" in app.header_bar.text
+            if size[0] >= 120:  # at 80 the fixed switches give way to the amp mode's reason
+                assert "eval·inference_mode·no scaler" in app.header_bar.text
             await wait_for(pilot, lambda: app.run_state.finished, "the run's end")
             assert "none: inference" in app.panes["loss"].range_line
             app.save_screenshot(str(tmp_path / "infer.svg"))
