@@ -89,7 +89,8 @@ class MemtopApp(RefreshLoop, LiveEvents, StatusBars, RanksView, AppActions, Noti
         Binding("question_mark", "help", "help"),
         Binding("q", "request_quit", "quit"),
         Binding("ctrl+q", "request_quit", "quit", show=False, priority=True),
-        Binding("ctrl+c", "request_quit", "quit", show=False, priority=True),
+        # Ctrl-C reaches a raw-mode terminal as a key, not SIGINT: the same quit and exit 130
+        Binding("ctrl+c", "interrupt", "quit", show=False, priority=True),
     ]
 
     def __init__(self, source: RunSource, *, ending: RunEnd | None = None,

@@ -246,11 +246,17 @@ class AppActions:
     def action_request_quit(self: Any) -> None:
         self.request_quit("stopped by user")
 
+    def action_interrupt(self: Any) -> None:
+        """Ctrl-C: the dashboard's terminal is in raw mode, so it comes as a key; it ends the run
+        as SIGINT ends a headless one ("interrupted (SIGINT)", exit 130: README's exit table)."""
+        self.signal_quit(signal.SIGINT)
+
     def request_quit(self: Any, reason: str) -> None:
         """memtop train: stop at the next step boundary, join off the event loop, write the
         report, exit (a second request leaves at once). memtop view: leave; the run goes on."""
         if self.ending is None:
-            self.exit(0, return_code=0)
+            code = self.exit_code()
+            self.exit(code, return_code=code)
             return
         if self._quitting:
             if not self._quit_forced:
@@ -302,6 +308,10 @@ class AppActions:
         return self.ending.report_path if self.ending is not None else self._report_path
 
     def exit_code(self: Any) -> int:
+        """A signal (or Ctrl-C) that asked for the quit: 128 + its number, as headless runs
+        exit (tui/headless.py); else the run's own status (0 for a viewer)."""
+        if self.quit_signal is not None:
+            return 128 + self.quit_signal
         return self.ending.exit_code() if self.ending is not None else 0
 
     def shutdown(self: Any, timeout_s: float = 10.0, out: TextIO | None = None) -> None:

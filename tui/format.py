@@ -154,6 +154,10 @@ def header_text(*, device_name: str, device_total: int | None, amp: str, batch: 
     name = device_name or "…"
     why = amp_short_reason(amp, amp_reason)
     amp_part = f"amp {amp}" + (f" ({why})" if why else "")
+    # narrow: an override's reason keeps its variable alone ("auto: fp32, MEMTOP_CPU_BF16=
+    # emulated" -> "MEMTOP_CPU_BF16=emulated"), so B/T still fit at 80 columns
+    terse = why.split(", ", 1)[-1] if why and "MEMTOP_CPU_BF16" in why else why
+    amp_terse = f"amp {amp}" + (f" ({terse})" if terse else "")
     shape = [f"B{batch} T{seq}"] if batch and seq else []
     extra = [*shape, *([switches] if switches else [])]
     tail = [f"step {step}", format_clock(elapsed_s), state.upper()]
@@ -162,8 +166,11 @@ def header_text(*, device_name: str, device_total: int | None, amp: str, batch: 
         [name + total, amp_part, *extra, *params_part, *tail],
         [name + total, amp_part, *extra, *tail],
         [name, amp_part, *extra, *tail],
+        [name, amp_terse, *extra, *tail],
         [name, amp_part, *shape, *tail],  # an inference run's switches are fixed: they go first
         [amp_part, *shape, *tail],
+        [name, amp_terse, *shape, *tail],
+        [amp_terse, *shape, *tail],
         [name, amp_part, *tail],
         [amp_part, *tail],
     )
@@ -177,16 +184,17 @@ def header_text(*, device_name: str, device_total: int | None, amp: str, batch: 
 
 
 def profile_text(phase: str | None, requested: bool, available: bool,
-                 done_step: int | None = None) -> str:
-    """The profiler part of the status line; ``done_step``: where the last window's table
-    came (its top ops are on screen: "off" alone read as if none had run)."""
+                 done_window: str | None = None) -> str:
+    """The profiler part of the status line; ``done_window``: the last window whose table
+    came, named by its traced steps (its top ops are on screen: "off" alone read as if none
+    had run)."""
     if not available:
         return "profiler: n/a"
     if phase is not None:
         return f"profiler: {phase}"
     if requested:
         return "profiler: requested"
-    return f"profiler: done at step {done_step}" if done_step is not None else "profiler: off"
+    return f"profiler: done, {done_window}" if done_window is not None else "profiler: off"
 
 
 def leak_demo_text(kind: str | None, active: bool, since: int | None, toggling: bool,

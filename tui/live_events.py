@@ -85,7 +85,8 @@ class LiveEvents:
                                    rank=event.rank if self.ranks_mode else None)
         if self.size.width < 100:  # narrow: the table takes the chart's place
             self.set_view("ops")
-        self.notify(f"top ops ready (step {event.step}); o changes the sort", timeout=4)
+        span = R.window_name(R.window_steps(event.data), event.step)
+        self.notify(f"top ops ready ({span}); o changes the sort", timeout=4)
 
     def _ledger(self: Any, event: Event) -> None:
         self.ledger.show_ledger(event.data)

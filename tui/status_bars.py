@@ -53,7 +53,7 @@ class StatusBars:
         st = self.run_state
         parts = [
             profile_text(st.profile_phase, self._profile_requested, self.can("profile"),
-                         st.profile_done_step),
+                         st.profile_done_window),
             leak_demo_text(st.leak_kind or self.config.get("leak"), st.leak_active,
                            st.leak_since, self._leak_toggling, self.can("leak_start")),
         ]

@@ -77,7 +77,7 @@ class LeakAlert:
 
     counter: str
     step: int  # the step at which the alert was raised
-    since_step: int  # the first step whose end value grew
+    since_step: int  # the first step whose growth is the leak's (LeakDetector._since)
     bytes_per_step: float  # Theil–Sen slope over the window
     window_steps: int  # deltas the slope was fitted over
     value_bytes: int  # the counter at ``step``
@@ -193,14 +193,21 @@ class LeakDetector:
             if before and tail[-1][1] <= max(before) + threshold:
                 continue  # climbing back to a level already reached: caching, not a leak
             return LeakAlert(
-                counter=self.counter, step=step, since_step=self._since(points, rise),
+                counter=self.counter, step=step,
+                since_step=self._since(points, max(rise, 0.5 * slope)),
                 bytes_per_step=slope, window_steps=n, value_bytes=tail[-1][1],
                 growth_bytes=growth, noise_bytes=noise, threshold_bytes=threshold)
         return None
 
     @staticmethod
     def _since(points: list[tuple[int, int]], rise: float) -> int:
-        """The first step of the trailing run of rising deltas."""
+        """The first step whose growth is the leak's: the first of the trailing run of deltas of
+        at least ``rise``, half the leak's fitted rate (never below half the threshold). Half the
+        rate, not half the threshold: a step of noise or one small allocation just before the
+        leak (+10 KiB beside a 150 KiB/step leak) clears the threshold's half and moved "since"
+        a step earlier in some runs (issue 38). A leak that starts keeping tensors in step N
+        shows first in step N + 1's end value: a step's own loss and output are alive when its
+        memory is read (the Monitor holds them), so what step N keeps adds to step N + 1."""
         since = points[-1][0]
         for a, b in zip(reversed(points[:-1]), reversed(points), strict=False):
             if _deltas([a, b])[0] < rise:

@@ -353,7 +353,7 @@ class ProfilerWindow(StepHook):
             "device_time": result.get("device_time"), "analysis_s": result.get("analysis_s"),
             "trace": TRACE_NAME, "table": "top_ops.txt", "export_s": ana.export_s,
             "wall_s": time.perf_counter() - ana.started, "steps": ana.window.steps["active"],
-            "in_process": ana.proc is None})
+            "first_step": ana.window.first_step, "in_process": ana.proc is None})
 
     def _cancel_analysis(self, step: int, reason: str) -> None:
         ana = self._analysis

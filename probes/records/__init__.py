@@ -107,6 +107,7 @@ from probes.records.values import (  # noqa: F401
     is_int,
     short_text,
 )
+from probes.records.windows import window_name, window_opened, window_steps  # noqa: F401
 
 __all__ = [
     "MemtopError",

@@ -13,6 +13,7 @@ from probes.records.forecast import fill_text
 from probes.records.phase_ops import split_ranges
 from probes.records.step import StepSample
 from probes.records.values import clean, finite_num, is_int, short_text
+from probes.records.windows import window_name, window_steps
 from probes.tools.units import format_bytes, format_estimate
 
 
@@ -220,9 +221,13 @@ def _leak(d: Mapping[str, Any]) -> str:
 
 
 def _profile_done(d: Mapping[str, Any]) -> str:
+    """'steps 52–54 (profiles/step-50): 12 ops, top aten::mm': named by the steps its table
+    sums, as every screen names it (probes/records/windows.py)."""
     ops, _ = split_ranges(d.get("top_ops") or [], d.get("phase"))  # an op, not a label
     top = ops[0].get("name") if ops else None
-    return (f"{d.get('dir')}: {len(ops)} ops, top {top}" if top else f"{d.get('dir')}")
+    span = window_steps(d)
+    where = f"{window_name(span)} ({d.get('dir')})" if span else f"{d.get('dir')}"
+    return f"{where}: {len(ops)} ops, top {top}" if top else where
 
 
 def _took(d: Mapping[str, Any]) -> str:

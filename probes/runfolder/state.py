@@ -64,6 +64,7 @@ class RunState:
     last_sample: StepSample | None = None
     profile_phase: str | None = None  # "wait 1/1", "active 2/3", "analysing", None
     profile_done_step: int | None = None  # the step of the last window whose table came
+    profile_done_window: str | None = None  # its name by its traced steps ('steps 52–54')
     window: ProfileWindow | None = None
     leak_active: bool = False
     leak_kind: str | None = None
@@ -154,6 +155,7 @@ class RunState:
             self.window = None
             if name == R.PROFILE_DONE:
                 self.profile_done_step = e.step
+                self.profile_done_window = R.window_name(R.window_steps(d), e.step)
         elif name == R.LEAK_DEMO_STARTED:
             self.leak_active = True
             self.leak_kind = d.get("kind")

@@ -142,13 +142,17 @@ async def test_injected_events_render_banner_table_and_ledger(make_app):
         assert not app.panes["allocated"].has_class("-alert")
 
         app.ring.push(Event("profile_done", 90, 5.0, {
-            "dir": "profiles/step-85", "sort_by": "cpu", "top_ops": TOP_OPS, "analysis_s": 0.4}))
+            "dir": "profiles/step-85", "sort_by": "cpu", "top_ops": TOP_OPS, "analysis_s": 0.4,
+            "steps": [87, 88, 89], "first_step": 85}))
         await wait_for(pilot, lambda: app.ops_table.ops, "top-ops table")
         table = app.ops_table.query_one(DataTable)
         assert table.row_count == 3
+        # one window, one name: its traced steps above, its folder said as where it opened
+        assert "top ops · steps 87–89 · by" in str(app.ops_table.border_title)
+        assert "profiles/step-85 (opened at step 85)" in str(app.ops_table.border_subtitle)
         assert app.ops_table.row_names[0].endswith("Backward0")  # largest CPU total first
         assert app.view == "ops"  # 80 columns: the table replaces the chart
-        await wait_for(pilot, lambda: "profiler: done at step 90" in app.status_line.text,
+        await wait_for(pilot, lambda: "profiler: done, steps 87–89" in app.status_line.text,
                        "the status line says a window's table came (not \"off\")")
         assert not app.query_one("#chart-box").display
         await pilot.press("o")  # CPU total -> calls (wraps around)
@@ -370,3 +374,20 @@ async def test_ui_freezes_gc_keeps_its_thresholds_and_shutdown_unfreezes(tiny_co
     finally:
         app.shutdown(timeout_s=60)
     assert gc.get_threshold() == before and gc.get_freeze_count() == 0
+
+
+async def test_ctrl_c_in_the_dashboard_ends_the_run_as_sigint_does_headless(make_app):
+    """Ctrl-C is a key in the dashboard's raw-mode terminal: it must give what SIGINT gives a
+    headless run (README's exit table): run_finished 'interrupted (SIGINT)', exit 130 — `q`
+    stays 'stopped by user', exit 0 (the test above)."""
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: app.last_sample is not None and app.last_sample.step >= 2,
+                       "the first steps on screen")
+        await pilot.press("ctrl+c")
+        await wait_for(pilot, lambda: app.return_code is not None, "the app to exit")
+    assert app.return_code == 130
+    assert not app.trainer.alive and app.finished
+    _, events = metrics_rows(app.run_dir)
+    finished = [e for e in events if e["event"] == "run_finished"]
+    assert finished and finished[-1]["reason"] == "interrupted (SIGINT)"

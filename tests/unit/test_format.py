@@ -108,6 +108,23 @@ def test_header_at_80_columns_keeps_the_amp_mode_and_why_auto_chose_it():
     assert "CPU 24.0 GiB RAM" in wide and "25.1k params" in wide
 
 
+def test_header_keeps_b_t_and_the_override_beside_the_amp_mode_at_80_and_120_columns():
+    """With MEMTOP_CPU_BF16 set, the amp reason grew past 80 columns and B/T fell off the
+    header (CI saw the inference dashboard wait for "B2 T32" in vain); at 80 the reason keeps
+    the variable alone, at 120 an inference run's fixed switches stay too."""
+    for amp, why in (("off", "auto: fp32, MEMTOP_CPU_BF16=emulated; the variable says so"),
+                     ("bf16", "auto: bf16, MEMTOP_CPU_BF16=native; the variable says so")):
+        kw = dict(device_name="CPU", device_total=24 * 1024**3, amp=amp, amp_reason=why,
+                  batch=16, seq=128, params=840000, state="running", elapsed_s=754.0)
+        for step in (32, 12345):
+            text = f.header_text(width=80, step=step, **kw)
+            assert len(text) <= 80 and "B16 T128" in text, text
+            assert f"amp {amp} (MEMTOP_CPU_BF16=" in text and f"step {step}" in text
+        wide = f.header_text(width=120, step=32, switches="eval·inference_mode·no scaler", **kw)
+        assert "eval·inference_mode·no scaler" in wide and "B16 T128" in wide, wide
+        assert "MEMTOP_CPU_BF16" in wide and len(wide) <= 120
+
+
 def test_clock_duration_and_count():
     assert u.format_clock(59) == "0:59" and u.format_clock(3725) == "1:02:05"
     assert u.format_clock(None) == "n/a"
@@ -364,3 +381,39 @@ def test_help_key_lines_wrap_under_their_text():
     more = [ln for ln in plain if ln[:1] == " "]  # a key's text going on
     assert more and all(ln[:col].strip() == "" and ln[col] != " " for ln in more)
     assert len(keys_markup("train").split("\n")) == len(KEYS)  # no width: one line a key
+
+
+def test_a_profiler_window_is_named_by_its_traced_steps_everywhere():
+    """'top ops · rank 0 · step 55' above 'profiles/step-50/rank-0' read as two windows
+    (issue 44): the title, the toast, the status line and the headless line all say the steps
+    the table sums; the folder keeps the step the window opened at."""
+    from probes import records as R
+
+    done = {"dir": "profiles/step-50/rank-0", "steps": [52, 53, 54], "first_step": 50,
+            "top_ops": [{"name": "aten::mm", "calls": 3}]}
+    assert R.window_steps(done) == (52, 54) and R.window_opened(done) == 50
+    assert R.window_name(R.window_steps(done)) == "steps 52–54"
+    assert R.window_name(R.window_steps({"steps": [7]})) == "step 7"
+    started = {"step": 50, "wait": 1, "warmup": 1, "active": 3}  # an old row: planned steps
+    assert R.window_steps({"dir": "profiles/step-50"}, started) == (52, 54)
+    assert R.window_opened({"dir": "profiles/step-50/rank-0"}) == 50
+    assert R.window_name(None, 57) == "ready at step 57"
+    line = R.EVENT_KINDS[R.PROFILE_DONE].summary(done)
+    assert line.startswith("steps 52–54 (profiles/step-50/rank-0)") and "aten::mm" in line
+    assert f.profile_text(None, False, True, "steps 52–54") == "profiler: done, steps 52–54"
+
+
+def test_the_top_ops_title_gives_way_from_its_end_and_is_never_cut_mid_word():
+    """At 100 columns the title was cut mid-word ("… · +2 col…", issue 38)."""
+    from tui.format_panels import ops_title
+
+    full = ops_title("top ops · rank 0", "steps 52–54", "self CPU", 2, 200)
+    assert full == "top ops · rank 0 · steps 52–54 · by self CPU (o) · +2 cols if wider"
+    for width in range(10, 100):
+        title = ops_title("top ops · rank 0", "steps 52–54", "self CPU", 2, width)
+        assert len(title) <= width, (width, title)
+        if width >= len("top ops · rank 0 · steps 52–54"):  # below: cut with its mark
+            assert not title.endswith(("co", "col", "…", "wi", "wid")), (width, title)
+        if width >= len("top ops · rank 0 · steps 52–54 · by self CPU"):
+            assert "steps 52–54 · by self CPU" in title
+    assert ops_title("top ops", "step 9", "calls", 0, 80) == "top ops · step 9 · by calls (o)"

@@ -64,6 +64,20 @@ def test_flat_noise_never_alerts(seed):
     assert 1 * KIB < detector.noise_bytes < 6 * KIB  # learned: sqrt(2) * 2 KiB for one delta
 
 
+@pytest.mark.parametrize("bump", [0, 6 * KIB, 10 * KIB, 14 * KIB])
+def test_since_is_the_first_step_of_the_leak_whatever_came_just_before(bump):
+    """`--leak-at 30` said "since 30" in one run and "since 31" in another (issue 38): one
+    small allocation or a step of noise just before a 150 KiB/step leak passed half the
+    threshold and moved "since" a step earlier. Since is where the leak's own growth starts."""
+    rng = random.Random(3)
+    values = noise(rng, 60, 1 * KIB, spikes=0)
+    values[-1] += bump  # step 60: a one-off allocation that stays, or noise
+    values += [values[-1] + 150 * KIB * (i + 1) + rng.gauss(0, KIB) for i in range(30)]
+    _, results = feed(values)
+    (step, alert), = results
+    assert isinstance(alert, LeakAlert) and alert.since_step == 61, (bump, alert.since_step)
+
+
 @pytest.mark.parametrize("rate,sigma", [(32 * KIB, 2 * KIB), (152 * KIB, 2 * KIB),
                                         (64 * KIB, 8 * KIB)])
 def test_slow_ramp_alerts_with_its_rate_and_start(rate, sigma):

@@ -9,7 +9,7 @@ import re
 import statistics
 
 import pytest
-from factories import TINY, copy_run, metrics_rows, run_digests, write_junk_run
+from factories import TINY, copy_run, metrics_rows, resolved_amp, run_digests, write_junk_run
 
 from probes.analysis.report import build_report, peak_flops, write_report
 from probes.analysis.report.sections.setup import sync_rule
@@ -34,10 +34,8 @@ def test_every_run_ends_with_a_report_consistent_with_metrics(finished_run):
     for section, keys in FIELDS.items():
         for key in keys:
             assert key in report[section], f"{section}.{key}"
-    from probes.counters.host import read_cpu_flags
-    from trainer.config import auto_amp
-
-    assert report["mode"] == "train" and report["amp"] == auto_amp("cpu", read_cpu_flags())[0]
+    # what this run resolved (MEMTOP_CPU_BF16 may stand in for the CPU's flags), not the CPU
+    assert report["mode"] == "train" and report["amp"] == resolved_amp(finished_run)
     assert report["warmup_steps"] == TINY["warmup_steps"]
     assert report["complete"] is True and report["incomplete_reasons"] == []
     rule = report["measurement"]["sync_rule"]  # a CPU run: no device to wait for

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from factories import RecordSink, in_thread, wait_until
+from factories import RecordSink, in_thread, resolved_amp, wait_until
 
 from probes.control.requests import RunControl
 from probes.instruments.hooks import StepHook
@@ -47,14 +47,6 @@ def run_trainer(config, hooks=None, control=None):
     return trainer, sink, run_dir, code
 
 
-def cpu_auto_amp() -> str:
-    """What --amp auto picks on this machine's CPU: bf16 where native, fp32 ("off") elsewhere."""
-    from probes.counters.host import read_cpu_flags
-    from trainer.config import auto_amp
-
-    return auto_amp("cpu", read_cpu_flags())[0]
-
-
 def test_headless_run_writes_valid_rows_and_loss_falls(tiny_config):
     cfg = tiny_config(steps=60, lr=3e-3)
     trainer, sink, run_dir, code = in_thread(lambda: run_trainer(cfg))
@@ -68,7 +60,8 @@ def test_headless_run_writes_valid_rows_and_loss_falls(tiny_config):
         assert row["reserved_bytes"] >= row["allocated_bytes"]
         assert row["peak_allocated_bytes"] >= row["allocated_bytes"]
         assert row["host_rss_bytes"] > 0 and row["driver_used_bytes"] == row["host_rss_bytes"]
-        assert row["amp"] == cpu_auto_amp() and row["device"] == "cpu" and row["scale"] is None
+        assert row["amp"] == resolved_amp(run_dir) and row["device"] == "cpu"
+        assert row["scale"] is None
     # a hint depends on the machine (bf16 autocast on a CPU without native bf16): allowed, once
     hints = [e["hint"] for e in events if e["event"] == "hint"]
     assert hints in ([], ["cpu_bf16_emulated"])

@@ -53,4 +53,6 @@ def run(args: argparse.Namespace) -> int:
             app.shutdown(1.0, out=sys.stdout)
     live = app.source.live
     say(sys.stdout, f"memtop: run folder {run_dir}" + (" (still running)" if live else ""))
-    return guard.exit_code() if guard.armed else 0
+    if guard.armed:
+        return guard.exit_code()
+    return app.return_code if app.return_code is not None else app.exit_code()

@@ -11,6 +11,7 @@ from textual.content import Content
 from textual.widgets import DataTable, Static
 
 from probes.records.phase_ops import split_ranges
+from probes.records.windows import window_name, window_opened, window_steps
 from tui.format import fit
 from tui.format_panels import (
     default_sort_key,
@@ -19,6 +20,7 @@ from tui.format_panels import (
     op_column_title,
     op_columns,
     op_name_width,
+    ops_title,
     shorten_op,
     sort_ops,
     visible_op_columns,
@@ -118,14 +120,17 @@ class TopOpsTable(Vertical):
         if rank is not None:
             what += f" · rank {rank}"
         hidden = len(self.columns) - len(shown)
-        more = f" · +{hidden} col{'s' * (hidden > 1)} if wider" if hidden else ""
-        title = f"{what} · step {step} · by {op_column_title(self.sort_key)} (o){more}"
+        # named by the steps its table sums; the folder by the step the window opened at
+        window = window_name(window_steps(self.window), step)
+        title = ops_title(what, window, op_column_title(self.sort_key), hidden, max(10, width - 2))
         analysis = self.window.get("analysis_s")
-        subtitle = str(where or "")
+        opened = window_opened(self.window)
+        subtitle = str(where or "") + (f" (opened at step {opened})" if opened is not None
+                                       and window_steps(self.window) else "")
         if self.ranges:  # the window's own labels, left out (probes/records/phase_ops.py)
             subtitle += " · not ops: " + ", ".join(str(r.get("name", "?")) for r in self.ranges)
         if analysis is not None:
             subtitle += f" · analysed in {analysis:.1f} s"
         # plain Content: a str title is markup, and the folder and labels are the run's own
-        self.border_title = Content(fit(title, max(10, width - 2)))
+        self.border_title = Content(title)
         self.border_subtitle = Content(fit(subtitle.strip(" ·"), max(10, width - 4)))
