@@ -52,6 +52,7 @@ from tui.widgets.phase_throughput import PhaseThroughputPane
 from tui.widgets.rank_table import RankTable
 from tui.widgets.status_line import StatusLine
 from tui.widgets.step_split import StepSplitPane
+from tui.widgets.too_small import TooSmallNotice
 from tui.widgets.top_ops import TopOpsTable
 
 if TYPE_CHECKING:
@@ -208,6 +209,7 @@ class MemtopApp(RefreshLoop, LiveEvents, StatusBars, RanksView, AppActions, Noti
     def compose(self) -> ComposeResult:
         labels = pane_labels(self.device_type)
         short = pane_labels(self.device_type, short=True)
+        yield TooSmallNotice(id="too-small")
         yield MemtopHeader(id="header")
         yield ErrorBanner(id="error")
         yield LeakBanner(id="leak")
@@ -244,6 +246,8 @@ class MemtopApp(RefreshLoop, LiveEvents, StatusBars, RanksView, AppActions, Noti
         self.leak_banner = self.query_one(LeakBanner)
         self.culprit_box = self.query_one(CulpritBox)
         self.error_banner = self.query_one(ErrorBanner)
+        self.too_small = self.query_one(TooSmallNotice)
+        self.too_small.show_size(self.size.width, self.size.height)
         self.chart = self.query_one(MemoryChart)
         self.chart_box = self.query_one("#chart-box")  # kept: queried late, it may be gone
         self.chart_box.border_title = self.chart.title()
@@ -268,6 +272,11 @@ class MemtopApp(RefreshLoop, LiveEvents, StatusBars, RanksView, AppActions, Noti
             self._first_sample_timer = self.set_interval(FIRST_SAMPLE_POLL_S,
                                                          self._poll_first_sample)
         self._mounted_actions()
+
+    def on_resize(self, event: events.Resize) -> None:
+        """Below 80×24 the layout cannot hold every pane: say so (the run goes on)."""
+        if hasattr(self, "too_small"):
+            self.too_small.show_size(event.size.width, event.size.height)
 
     def on_unmount(self) -> None:
         """However the app goes away, an in-process trainer stops at its next boundary."""

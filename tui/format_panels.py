@@ -27,12 +27,23 @@ COMPACT_WIDTH = 72  # an 80-column banner's line (78) less its "LEAK: "
 
 
 def leak_alert_line(data: dict[str, Any], step: int, compact: bool = False,
-                    room: int = COMPACT_WIDTH) -> str:
+                    room: int = COMPACT_WIDTH, when: str | None = None) -> str:
     """One alert as a sentence: what grows, how fast, since when, and how long until full.
 
     ``compact`` keeps it to one 80-column line so the hint below it gets the room; an alert row
-    without its counter, rate or start reads "incomplete event (no ...)".
+    without its counter, rate or start reads "incomplete event (no ...)". ``when`` says which
+    forecast the time to full is ("now": the latest, recomputed every few seconds; the report
+    gives the one at the alert and says so), added where it fits.
     """
+    text = _alert_line(data, step, compact, room)
+    if when and R.fill_text(data) is not None:
+        tail = f" ({when})"
+        if not compact or len(text + tail) <= room:
+            text += tail
+    return text
+
+
+def _alert_line(data: dict[str, Any], step: int, compact: bool, room: int) -> str:
     missing = incomplete(R.LEAK_SUSPECTED, data)
     if missing is not None:
         return f"leak suspected at step {step}: {missing}"
@@ -77,10 +88,10 @@ def leak_cleared_text(data: dict[str, Any], step: int) -> str:
 
 
 def leak_banner_text(alerts: dict[str, dict[str, Any]], compact: bool = False,
-                     room: int = COMPACT_WIDTH) -> tuple[str, str]:
+                     room: int = COMPACT_WIDTH, when: str | None = None) -> tuple[str, str]:
     """(headline lines, hint) for the active alerts, newest last; ``room``: a compact line's
-    columns."""
-    lines = [leak_alert_line(d, d.get("_step", 0), compact, room) for d in alerts.values()]
+    columns; ``when``: which forecast the times to full are (leak_alert_line)."""
+    lines = [leak_alert_line(d, d.get("_step", 0), compact, room, when) for d in alerts.values()]
     hint = next((d.get("hint") for d in reversed(list(alerts.values())) if d.get("hint")), "")
     return "\n".join(lines), hint or ""
 

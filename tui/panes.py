@@ -90,15 +90,27 @@ def _is_cuda(sample: StepSample | None) -> bool:
 
 
 def cache_free_note(sample: StepSample | None, started: Mapping[str, Any]) -> str | None:
-    """CUDA, under reserved: the cache's free bytes, with cudaMalloc retries."""
-    if sample is None or not _is_cuda(sample):
+    """CUDA, under reserved: the cache's free bytes, with cudaMalloc retries. CPU: how far heap
+    held is above RSS, when it is (held_above_rss_note)."""
+    if sample is None:
         return None
+    if not _is_cuda(sample):
+        return held_above_rss_note(sample)
     alloc, resv = sample.allocated_bytes, sample.reserved_bytes
     if alloc is None or resv is None:
         return None
     retries = sample.alloc_retries
     return f"cache free {format_bytes(max(0, resv - alloc))}" + (
         f", {retries} malloc retries" if retries else "")
+
+
+def held_above_rss_note(sample: StepSample) -> str | None:
+    """CPU, under heap held, when it is above RSS: a heap larger than the whole process read as
+    a wrong counter (issue 38); it counts address space malloc holds, resident or not."""
+    held, rss = sample.reserved_bytes, sample.host_rss_bytes
+    if held is None or rss is None or held <= rss:
+        return None
+    return f"{format_bytes(held - rss)} above RSS: not resident"
 
 
 def outside_cache_note(sample: StepSample | None, started: Mapping[str, Any]) -> str | None:
@@ -168,7 +180,12 @@ PANES: tuple[PaneSpec, ...] = (
         cpu=OnDevice(
             *_named("reserved", "cpu"),
             "bytes malloc holds from the OS (arena + hblkhd), read with heap used, ≥ heap "
-            "used. Freed memory stays here for reuse, like CUDA's reserved."),
+            "used. Freed memory stays here for reuse, like CUDA's reserved.",
+            note_help="[b]heap held above RSS[/b] (\"… above RSS: not resident\" under heap "
+            "held): heap held counts the address space malloc holds, and a page is resident "
+            "only once written: a large tensor's mmap'd block not yet filled, or pages malloc "
+            "handed back with madvise, count in heap held but not in RSS. It is not a "
+            "wrong reading; RSS is what the kernel charges (--max-memory watches it)."),
         cuda=OnDevice(
             *_named("reserved", "cuda"),
             "bytes the caching allocator holds from the driver (memory_reserved), read with "

@@ -34,7 +34,13 @@ from dataclasses import dataclass
 
 from probes.tools.stats import theil_sen_slope
 
-FILL_WINDOW_STEPS = 32  # steps the fill rate is fitted over (RSS grows in chunks)
+FILL_WINDOW_STEPS = 32  # steps the guard's fill rate is fitted over (RSS grows in chunks)
+# The leak banner's ETA: the rate since the leak began, over up to this many steps, fitted to
+# FILL_FIT_POINTS points spread evenly over them. A 32-step fit of RSS, which grows in chunks of
+# MiBs every few steps, read 6 -> 37 -> 11 min within a minute (issue 38): points further
+# apart than the chunks see the staircase as the line it is.
+LEAK_FILL_WINDOW_STEPS = 512
+FILL_FIT_POINTS = 32
 TREND_WINDOW_STEPS = 512  # steps the step time's trend is measured over
 TREND_MIN_STEPS = 64  # fewer, and the step time is taken as flat
 TREND_BLOCK_STEPS = 8  # the trend is fitted to medians of this many steps: one slow step moves none
@@ -126,11 +132,15 @@ class FillTracker:
     """The trailing series of the filling counter, with the steps' wall times: ``feed`` one
     point per step, ``mark_gap`` across a pause or an ignored step, ``forecast`` any time."""
 
-    def __init__(self, window_steps: int = FILL_WINDOW_STEPS) -> None:
+    def __init__(self, window_steps: int = FILL_WINDOW_STEPS,
+                 fit_points: int | None = None) -> None:
         if window_steps < 2:
             raise ValueError(f"window_steps must be at least 2, got {window_steps}")
+        if fit_points is not None and fit_points < 3:
+            raise ValueError(f"fit_points must be at least 3, got {fit_points}")
         self._points: deque[tuple[int, float, int]] = deque(maxlen=window_steps)
-        self._per_step_s: deque[float] = deque(maxlen=window_steps)
+        self._per_step_s: deque[float] = deque(maxlen=min(window_steps, FILL_WINDOW_STEPS))
+        self.fit_points = fit_points  # None: fit every point (the guard: the latest rate)
         self._step_times: deque[tuple[int, float]] = deque(maxlen=TREND_WINDOW_STEPS)
         self._growth_s = 0.0  # step_time_growth of _step_times, refitted every few steps
         self._since_fit = TREND_REFIT_STEPS  # new step times since that fit
@@ -165,6 +175,10 @@ class FillTracker:
             points = grown if len(grown) >= 3 else points
         if len(points) < 3:
             return None
+        k = self.fit_points
+        if k is not None and len(points) > k:  # evenly spread, the newest kept
+            last = len(points) - 1
+            points = [points[round(last - i * last / (k - 1))] for i in range(k - 1, -1, -1)]
         return theil_sen_slope([p[0] for p in points], [p[2] for p in points])
 
     @property

@@ -10,7 +10,13 @@ from dataclasses import asdict
 from typing import Any
 
 from probes import records as R
-from probes.counters.fill import FillForecast, FillTracker, filling_counter
+from probes.counters.fill import (
+    FILL_FIT_POINTS,
+    LEAK_FILL_WINDOW_STEPS,
+    FillForecast,
+    FillTracker,
+    filling_counter,
+)
 from probes.counters.host import host_available_bytes
 from probes.counters.memory import heap_counters
 from probes.instruments.hooks import RunContext, StepHook, StepTensors
@@ -77,7 +83,9 @@ class LeakWatch(StepHook):
         self._is_cuda = False
         self._available_at_s: float | None = None  # when MemAvailable was last read
         self._available: int | None = None
-        self.fill = FillTracker()  # the counter that fills the limit (probes/counters/fill.py)
+        # the counter that fills the limit, its rate since the leak began over up to 512 steps
+        # (probes/counters/fill.py): an ETA that does not flip with RSS's chunks
+        self.fill = FillTracker(LEAK_FILL_WINDOW_STEPS, FILL_FIT_POINTS)
         self._limit: int | None = None
         self._sharers = 1
         self._forecast_at_s: float | None = None

@@ -126,3 +126,23 @@ async def test_the_footer_cuts_no_key_label_unmarked(make_app, size):
         await wait_for(pilot, lambda: any(k.description.endswith("…")
                                           for k in app.screen.query(FooterKey)), "cut keys")
         assert not _footer_problems(app)
+
+
+async def test_below_80x24_the_screen_says_it_is_too_small_and_the_run_goes_on(make_app):
+    """Below 80×24 panes vanished without a word (issue 38): a notice names the size it has
+    and needs, the run keeps training and recording, and the notice goes at 80×24."""
+    from tui.widgets.too_small import too_small_text
+
+    assert too_small_text(80, 24) is None and too_small_text(120, 40) is None
+    assert "79×24, need 80×24" in too_small_text(79, 24)
+    app = make_app()
+    async with app.run_test(size=(70, 20)) as pilot:
+        await wait_for(pilot, lambda: app.last_sample is not None, "the first step")
+        assert app.too_small.shown and "70×20, need 80×24" in app.too_small.text
+        step = app.trainer.status.step
+        await wait_for(pilot, lambda: app.trainer.status.step > step + 2, "training goes on")
+        await pilot.resize_terminal(80, 24)
+        await wait_for(pilot, lambda: not app.too_small.shown, "the notice gone at 80×24")
+        await pilot.resize_terminal(100, 23)
+        await wait_for(pilot, lambda: app.too_small.shown, "the notice back at 23 rows")
+        assert "100×23" in app.too_small.text

@@ -417,3 +417,23 @@ def test_the_top_ops_title_gives_way_from_its_end_and_is_never_cut_mid_word():
         if width >= len("top ops · rank 0 · steps 52–54 · by self CPU"):
             assert "steps 52–54 · by self CPU" in title
     assert ops_title("top ops", "step 9", "calls", 0, 80) == "top ops · step 9 · by calls (o)"
+
+
+def test_the_banner_says_its_time_to_full_is_the_latest_and_the_report_the_alerts():
+    """The report gave the fill rate at the alert, the dashboard the latest, and neither said
+    which (issue 38)."""
+    from probes.analysis.report.sections.leaks import forecast_line
+
+    data = {"counter": "host_heap", "bytes_per_step": 150 * 1024, "since_step": 40,
+            "capacity_bytes": 16 * 1024**3, "steps_to_full": 1000, "seconds_to_full": 600.0,
+            "fill_counter": "host RSS", "limit_name": "host RAM available",
+            "fill_bytes_per_step": 150 * 1024}
+    assert fp.leak_alert_line(data, 50, when="now").endswith("in ~1000 steps / 10 min (now)")
+    compact = fp.leak_alert_line(data, 50, compact=True, when="now")
+    assert compact.endswith("(now)") and len("LEAK: " + compact) <= 78
+    lines, _ = fp.leak_banner_text({"host_heap": data}, when="at the run's end")
+    assert lines.endswith("(at the run's end)")
+    no_eta = {k: v for k, v in data.items() if k not in ("steps_to_full", "seconds_to_full")}
+    assert "(now)" not in fp.leak_alert_line(no_eta, 50, when="now")  # nothing to qualify
+    line = forecast_line([{"step": 60, **data}])
+    assert "at the alert" in line and "banner shows the latest" in line

@@ -69,3 +69,17 @@ def test_the_loss_pane_holds_a_loss_logged_every_few_steps():
     assert loss.value(make_sample(loss=math.nan)) is None
     assert all(spec.holds_last is None for spec in p.PANES
                if spec.id not in ("loss", "step_ms", "tokens"))  # those two: disturbed steps
+
+
+def test_heap_held_above_rss_is_explained_under_the_pane_and_in_the_help():
+    """Heap held above RSS read as a wrong counter (issue 38): the note says by how much and
+    that it is not resident; the help says why."""
+    reserved = next(spec for spec in p.PANES if spec.id == "reserved")
+    above = make_sample(5, reserved_bytes=900 * 2**20, allocated_bytes=600 * 2**20,
+                        host_rss_bytes=700 * 2**20)
+    assert reserved.note(above, {}) == "200 MiB above RSS: not resident"
+    below = make_sample(5, reserved_bytes=500 * 2**20, host_rss_bytes=700 * 2**20)
+    assert reserved.note(below, {}) is None
+    assert any("heap held above RSS" in para and "resident" in para
+               for para in counter_paragraphs("cpu"))
+    assert not any("heap held above RSS" in para for para in counter_paragraphs("cuda"))

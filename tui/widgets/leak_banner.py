@@ -83,7 +83,9 @@ class LeakBanner(TextLine):
         if self.ended:
             head = "LEAK at the end: " if compact else "LEAK SUSPECTED, open at the run's end: "
         room = (self.size.width or self.app.size.width) - 2 - len(head)  # less the padding
-        lines, hint = leak_banner_text(self.alerts, compact, room)
+        # the time to full is the latest forecast's: say so (the report gives the alert's)
+        when = "at the run's end" if self.ended else "now"
+        lines, hint = leak_banner_text(self.alerts, compact, room, when)
         text = head + lines.replace("\n", "\n" + head)
         if hint:
             looks = "" if self.ended else " (w names the holder)"

@@ -41,7 +41,9 @@ def forecast_line(forecasts: list[dict[str, Any]], most: int = 6) -> str | None:
                       for f in picked)
     return (f"Time to full, recomputed every few seconds while the alert was open ({len(forecasts)}"
             f" times): {steps}. Last: {what} (probes/counters/fill.py: the counter that fills "
-            "the limit, at its own rate over the last 32 steps).")
+            "the limit, at its own rate since the leak began, over up to 512 steps). The table's "
+            "\"full in\" is each event's own forecast (for leak_suspected: at the alert); the "
+            "dashboard's banner shows the latest.")
 
 
 def render(section: dict[str, Any], report: dict[str, Any]) -> list[str]:
@@ -58,6 +60,7 @@ def render(section: dict[str, Any], report: dict[str, Any]) -> list[str]:
         if e.get("hint"):
             hints.append(f"- step {e.get('step')} ({e.get('event')}): {e['hint']}")
     line = forecast_line((section.get("leak_timing") or {}).get("forecasts") or [])
-    return md + [markdown_table(["step", "event", "counter / kind", "growth", "since", "full in"],
+    return md + [markdown_table(["step", "event", "counter / kind", "growth", "since",
+                                 "full in (then)"],
                                 rows, right={0, 3, 4, 5}), ""] + hints + (
         ["", line] if line else []) + [""]
