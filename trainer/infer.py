@@ -22,6 +22,8 @@ from torch.profiler import record_function
 
 from probes import records as R
 from probes.control.requests import RunControl
+from probes.counters.host import cpu_bf16_override, read_cpu_flags
+from probes.instruments.hints import cpu_bf16_problem, hint_fields
 from probes.instruments.hooks import GPTShape
 from probes.monitor.session import RunSession
 from probes.records import StepSample, is_disturbed
@@ -148,6 +150,10 @@ class InferenceRunner(BackgroundRun):
             switches={"eval": not model.training, "inference_mode": True, "grad_scaler": None},
             kv_formula=KV_FORMULA,
             kv_bytes_per_token=kv_bytes_per_token(gpt.n_layer, gpt.n_embd, self.bpe))
+        if device.type == "cpu":  # `--amp bf16` where bf16 is emulated: the hint train gives
+            problem = cpu_bf16_problem(amp, read_cpu_flags(), cpu_bf16_override())
+            if problem:
+                session.emit(R.HINT, 0, hint_fields("cpu_bf16_emulated", problem))
         self.gen = torch.Generator(device=device).manual_seed(cfg.seed)
 
     # requests ------------------------------------------------------------------------------------

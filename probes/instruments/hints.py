@@ -122,6 +122,13 @@ def optimizer_is_fast(optimizer: Any) -> bool:
     return isinstance(defaults, dict) and bool(defaults.get("fused") or defaults.get("foreach"))
 
 
+def hint_fields(name: str, detail: str) -> dict[str, Any]:
+    """A ``hint`` event's fields: its kind's title and why (probes/records/hints.py), and the
+    figures of this run that raised it. One shape for the HintWatch and the inference runner."""
+    kind = R.HINT_KINDS[name]
+    return {"hint": name, "title": kind.title, "why": kind.why, "detail": detail}
+
+
 class HintWatch(StepHook):
     """Emits each hint of probes.records.HINTS at most once a run."""
 
@@ -144,10 +151,7 @@ class HintWatch(StepHook):
         if name in self.emitted:
             return
         self.emitted.add(name)
-        kind = R.HINT_KINDS[name]
-        data: dict[str, Any] = {"hint": name, "title": kind.title, "why": kind.why,
-                                "detail": detail}
-        self.ctx.emit(Event(R.HINT, step, self.ctx.elapsed_s(), data))
+        self.ctx.emit(Event(R.HINT, step, self.ctx.elapsed_s(), hint_fields(name, detail)))
 
     def end_step(self, step: int, tensors: StepTensors, sample: StepSample) -> None:
         if not self._checked_start and self.ctx.device.type == "cpu":

@@ -57,18 +57,36 @@ class MemoryGuard:
             return False
         counter, value, growth = trip
         limit = self.limit_bytes
+        fitted = fc.bytes_per_step if fc is not None and fc.counter == counter else None
         self._emit(R.MEMORY_GUARD, step, {
             "counter": counter, "watched_bytes": value, "limit_bytes": limit,
-            "growth_bytes_per_step": growth,
+            "growth_bytes_per_step": growth, "passed": value > limit,
+            "fill_bytes_per_step": fitted,
             "steps_to_full": fc.steps_to_full if fc else None,
             "seconds_to_full": fc.seconds_to_full if fc else None})
-        if step == 0:
-            why = (f"memory guard: {counter} is {format_bytes(value)} before the first step, "
-                   f"already over --max-memory {format_bytes(limit)}; nothing was trained")
-        else:
-            # the growth and the room left: rounded alone, value and limit often read the same
-            why = (f"memory guard: {counter} at {format_bytes(value)} (+{format_bytes(growth)}"
-                   f"/step) would pass --max-memory {format_bytes(limit)} next step "
-                   f"({format_bytes(max(0, limit - value))} left)")
-        self._stop(why)
+        self._stop(guard_reason(step, counter, value, limit, growth, fitted))
         return True
+
+
+def guard_reason(step: int, counter: str, value: int, limit: int, growth: int,
+                 fitted: float | None) -> str:
+    """run_finished's reason for a guard stop. "passed" when the counter is over the limit
+    already (a jump within one step: "would pass ... (0 B left)" read wrong, issue 44); the
+    rate is the forecast's fitted one beside this step's own jump where the two differ, so it
+    matches the leak alert's rate instead of one chunk of RSS."""
+    if step == 0:
+        return (f"memory guard: {counter} is {format_bytes(value)} before the first step, "
+                f"already over --max-memory {format_bytes(limit)}; nothing was trained")
+    rate = f"+{format_bytes(fitted)}/step fitted" if fitted else None
+    jump = f"+{format_bytes(growth)} this step"
+    if rate is None or format_bytes(fitted) == format_bytes(growth):
+        rate = f"+{format_bytes(growth)}/step" if rate is None else rate
+        both = rate
+    else:
+        both = f"{rate}, {jump}"
+    if value > limit:
+        return (f"memory guard: {counter} at {format_bytes(value)} passed --max-memory "
+                f"{format_bytes(limit)} this step ({format_bytes(value - limit)} over; {both})")
+    # the growth and the room left: rounded alone, value and limit often read the same
+    return (f"memory guard: {counter} at {format_bytes(value)} ({both}) would pass "
+            f"--max-memory {format_bytes(limit)} next step ({format_bytes(limit - value)} left)")

@@ -230,6 +230,14 @@ def _profile_done(d: Mapping[str, Any]) -> str:
     return f"{where}: {len(ops)} ops, top {top}" if top else where
 
 
+def _guard_verb(d: Mapping[str, Any]) -> str:
+    """'passed' once the watched counter is over the limit, else 'would pass' (issue 44)."""
+    watched, limit = finite_num(d.get("watched_bytes")), finite_num(d.get("limit_bytes"))
+    over = d.get("passed") is True or (watched is not None and limit is not None
+                                       and watched > limit)
+    return "passed" if over else "would pass"
+
+
 def _took(d: Mapping[str, Any]) -> str:
     seconds = finite_num(d.get("seconds"))
     return f", {seconds:.1f} s" if seconds is not None else ""
@@ -343,7 +351,7 @@ _KINDS = (
               required=("message",)),
     EventKind(MEMORY_GUARD, "--max-memory stopped the run before the limit", _LEAK_FIELDS,
               summary=lambda d: f"{d.get('counter')} at {format_bytes(d.get('watched_bytes'))} "
-                                f"would pass {format_bytes(d.get('limit_bytes'))}",
+                                f"{_guard_verb(d)} {format_bytes(d.get('limit_bytes'))}",
               required=("counter", "watched_bytes", "limit_bytes")),
     EventKind(METRICS_WRITE_FAILED, "metrics.jsonl could not be written (disk full ...)",
               {"reason": "str"}, summary=lambda d: str(d.get("reason")),

@@ -102,3 +102,23 @@ def test_a_bad_value_is_bad_input():
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.strip() == ("memtop train: MEMTOP_CPU_BF16='maybe' is not one of "
                                      "native, emulated (or unset, to read the CPU's flags)")
+
+
+@pytest.mark.parametrize("bf16", ["emulated", "native"])
+def test_infer_amp_bf16_where_bf16_is_emulated_gives_train_s_hint(tmp_path, monkeypatch, bf16):
+    """`memtop infer --amp bf16` on a CPU without native bf16 gave no hint (train does, issue
+    44): the same cpu_bf16_emulated hint row, and none where bf16 is native."""
+    from factories import run_infer
+
+    monkeypatch.setenv("MEMTOP_CPU_BF16", bf16)
+    code, _run_dir, _steps, events = run_infer(tmp_path, amp="bf16", requests=1,
+                                               new_tokens=2, baseline_tokens=0)
+    assert code == 0
+    hints = [e for e in events if e["event"] == "hint"]
+    started = next(e for e in events if e["event"] == "run_started")
+    if bf16 == "emulated":
+        assert [h["hint"] for h in hints] == ["cpu_bf16_emulated"]
+        assert "MEMTOP_CPU_BF16=emulated" in hints[0]["detail"]
+        assert "emulated" in started["amp_reason"]
+    else:
+        assert hints == [] and started["amp_reason"] == "asked for: --amp bf16"

@@ -339,3 +339,35 @@ def test_the_paused_event_says_who_paused(tiny_config):
     assert trainer.join(120) and paused.is_set()
     (event,) = sink.named(R.PAUSED)
     assert event.data["source"] == "viewer pid 42" and "by viewer pid 42" in event.summary()
+
+
+def test_the_guard_says_passed_once_over_the_limit_with_the_fitted_rate():
+    """"host RSS at 502 MiB (+9.9 MiB/step) would pass --max-memory 500 MiB next step (0 B
+    left)" was said of a counter already over the limit, with one chunk as its rate where the
+    leak alert said 2.0 MiB/step (issue 44)."""
+    from probes.monitor.guard import guard_reason
+
+    limit = 500 * MIB
+    why = guard_reason(80, "host RSS", 502 * MIB, limit, int(9.9 * MIB), 2 * MIB)
+    assert why == ("memory guard: host RSS at 502 MiB passed --max-memory 500 MiB this step "
+                   "(2.0 MiB over; +2.0 MiB/step fitted, +9.9 MiB this step)")
+    ahead = guard_reason(80, "host RSS", 497 * MIB, limit, 4 * MIB, 4 * MIB)
+    assert ahead == ("memory guard: host RSS at 497 MiB (+4.0 MiB/step fitted) would pass "
+                     "--max-memory 500 MiB next step (3.0 MiB left)")
+    assert "+4.0 MiB/step)" in guard_reason(80, "host RSS", 497 * MIB, limit, 4 * MIB, None)
+    summary = R.EVENT_KINDS[R.MEMORY_GUARD].summary
+    assert "passed" in summary({"counter": "host RSS", "watched_bytes": 502 * MIB,
+                                "limit_bytes": limit})
+    assert "would pass" in summary({"counter": "host RSS", "watched_bytes": 497 * MIB,
+                                    "limit_bytes": limit})
+
+    rows: list = []
+    guard = MemoryGuard(limit, "cpu", lambda *a: rows.append(a), lambda why: rows.append(why))
+    for step in range(1, 40):  # 2 MiB a step, then one 9.9 MiB chunk past the limit
+        rss = 420 * MIB + step * 2 * MIB + (int(9.9 * MIB) if step == 39 else 0)
+        stopped = guard.check(step, MemoryReading(rss, rss, rss, rss), 0.1 * step)
+        if stopped:
+            break
+    (_, step, data), why = rows
+    assert step == 39 and data["passed"] is True and data["watched_bytes"] > limit
+    assert data["fill_bytes_per_step"] == 2 * MIB and "passed --max-memory" in why
