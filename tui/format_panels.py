@@ -206,18 +206,19 @@ def visible_op_columns(columns: Sequence[str], sort_key: str, total_width: int) 
 # ---- ledger ---------------------------------------------------------------------------------
 
 def ops_title(what: str, window: str, sort_title: str, hidden: int, width: int) -> str:
-    """The top-ops box's title in ``width`` columns, giving way from its end: the hint that
-    columns are hidden shortens, then the sort key's "(o)" goes (the footer has it), then the
-    hint; what the table is, which window and its sort column stay (at 100 columns the title
-    was cut mid-word, "… · +2 col…", issue 38)."""
-    head = f"{what} · {window} · by {sort_title}"
-    cols = f" · +{hidden} col{'s' * (hidden > 1)}"
-    more = [cols + " if wider", cols]
-    tails = [*(" (o)" + m for m in more), *more, ""] if hidden else [" (o)", ""]
+    """The top-ops box's title in ``width`` columns, giving way from its end and never cut
+    mid-word (at 100 columns it read "… · +2 col…", issue 38): the sort key's "(o)" goes (the
+    footer has it), then "if wider", then "by <sort>" (its column's ▼ says it) before the
+    hint that columns are hidden; what the table is and which window stay."""
+    head = f"{what} · {window}"
+    by = f" · by {sort_title}"
+    cols = f" · +{hidden} col{'s' * (hidden > 1)}" if hidden else ""
+    tails = ([by + " (o)" + cols + " if wider", by + cols + " if wider", by + cols, cols, by]
+             if hidden else [by + " (o)", by])
     for tail in tails:
         if len(head + tail) <= width:
             return head + tail
-    return fit(head if len(head) <= width else f"{what} · {window}", width)
+    return fit(head, width)
 
 
 def ledger_rows(data: dict[str, Any]) -> list[tuple[str, str, str, str]]:

@@ -124,13 +124,18 @@ class TopOpsTable(Vertical):
         window = window_name(window_steps(self.window), step)
         title = ops_title(what, window, op_column_title(self.sort_key), hidden, max(10, width - 2))
         analysis = self.window.get("analysis_s")
-        opened = window_opened(self.window)
-        subtitle = str(where or "") + (f" (opened at step {opened})" if opened is not None
-                                       and window_steps(self.window) else "")
+        rest = ""
         if self.ranges:  # the window's own labels, left out (probes/records/phase_ops.py)
-            subtitle += " · not ops: " + ", ".join(str(r.get("name", "?")) for r in self.ranges)
+            rest += " · not ops: " + ", ".join(str(r.get("name", "?")) for r in self.ranges)
         if analysis is not None:
-            subtitle += f" · analysed in {analysis:.1f} s"
+            rest += f" · analysed in {analysis:.1f} s"
+        # the folder's step is where the window opened, before its warm-up: said where it fits
+        opened, span = window_opened(self.window), window_steps(self.window)
+        room = max(10, width - 4)
+        subtitle = str(where or "") + rest
+        if opened is not None and span and opened != span[0]:
+            longer = f"{where} (opened at step {opened}){rest}"
+            subtitle = longer if len(longer.strip(" ·")) <= room else subtitle
         # plain Content: a str title is markup, and the folder and labels are the run's own
         self.border_title = Content(title)
-        self.border_subtitle = Content(fit(subtitle.strip(" ·"), max(10, width - 4)))
+        self.border_subtitle = Content(fit(subtitle.strip(" ·"), room))
