@@ -78,7 +78,7 @@ def culprit_cuda_logits_named(ctx: Ctx) -> Outcome:
 def culprit_cuda_history_off_after(ctx: Ctx) -> Outcome:
     d = ctx.shared("culprit_logits", lambda: culprit_run(ctx, "logits"))
     cost = d["culprits"][0].get("cuda_history_s") if d["culprits"] else None
-    dev = torch.device(ctx.device)
+    dev = ctx.torch_device
     torch.cuda.memory._record_memory_history(enabled="all", max_entries=4096)
     try:
         probe_sees = history_on(dev)

@@ -60,7 +60,7 @@ def fixed_cost_us(device: torch.device) -> dict[str, Any]:
        "instrument, the row written) is ≤ 50 µs: median monitored − plain of 30 interleaved "
        "rounds of 50-step blocks on a 4×4 Linear", group="overhead", needs_s=20, priority=69)
 def monitor_fixed_cost_cuda(ctx: Ctx) -> Outcome:
-    m = fixed_cost_us(torch.device("cuda", 0))
+    m = fixed_cost_us(ctx.torch_device)
     return Outcome.check(m["cost_us"] <= BUDGET_US,
                          f"{m['cost_us']:.0f} µs per step (min–max {m['cost_min_us']:.0f}–"
                          f"{m['cost_max_us']:.0f}, A/A {m['aa_us']:+.0f} µs, plain step "

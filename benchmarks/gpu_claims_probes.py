@@ -50,9 +50,19 @@ class InfGrad(StepHook):
 
 
 class GroundTruth(StepHook):
-    """A sink on the training thread, right after each StepSample is taken: what torch says
-    at that moment (memory_stats, the scaler, whether the weights moved), and on NVML steps
-    memtop's poller read now beside a fresh NVML read and nvidia-smi."""
+    """An instrument whose ``end_step`` runs on the training thread right after each
+    StepSample is taken (not batched: hooks.py): what torch says at that moment
+    (memory_stats, the scaler, whether the weights moved), and on NVML steps memtop's poller
+    read now beside a fresh NVML read and nvidia-smi.
+
+    Not a sink: a run's rows reach its sinks in batches (probes/runfolder/recorder.py
+    publish_soon: every 50 ms or 8 rows), so a sink's "now" is up to 8 steps after its row's
+    step. The first H200 run compared from a sink (issue 45): the weights "untouched" on ~4
+    of every 5 steps (the rows of a batch after its first saw no step between them), the
+    scale unequal after each backoff, allocated unequal on the last rows (published at
+    close, after the loop's tensors were freed) and the step peak unequal on the rows of the
+    batch published after the warmup reset. On CPU the same hook reads the scaler and the
+    weights (tests/unit/test_gpu_check.py)."""
 
     def __init__(self, is_cuda: bool) -> None:
         self.is_cuda = is_cuda
@@ -71,8 +81,8 @@ class GroundTruth(StepHook):
     def close(self) -> None:
         self._param = self._watch = None
 
-    def sink(self, record) -> None:
-        if not isinstance(record, StepSample) or self._param is None:
+    def end_step(self, step: int, tensors: Any, record: StepSample) -> None:
+        if self._param is None:
             return
         row: dict[str, Any] = {"step": record.step}
         if self.is_cuda:
@@ -155,7 +165,7 @@ def probe_run(ctx: Ctx, amp: str) -> dict[str, Any]:
         inject = {15, 25} if amp == "fp16" else set()
         gt = GroundTruth(ctx.is_cuda)
         cfg = ctx.config(amp=amp, steps=PROBE_STEPS)
-        run = ctx.train(f"probes_{amp}", cfg, sinks=[gt.sink], hooks=[gt, InfGrad(inject)],
+        run = ctx.train(f"probes_{amp}", cfg, hooks=[gt, InfGrad(inject)],
                         on_trainer=lambda t: setattr(gt, "trainer", weakref.ref(t)))
         return {"rows": gt.rows, "nvml_rows": gt.nvml_rows, "inject": sorted(inject),
                 "warmup": cfg.warmup_steps, "exit_code": run.exit_code, "error": run.error}
@@ -228,7 +238,7 @@ def scale_and_skipped_steps(ctx: Ctx) -> Outcome:
 def bf16_counters_no_scaler(ctx: Ctx) -> Outcome:
     from trainer.config import bf16_problem
 
-    props = torch.cuda.get_device_properties(torch.device(ctx.device))
+    props = torch.cuda.get_device_properties(ctx.torch_device)
     why = bf16_problem((props.major, props.minor), props.name)
     if why:
         return Outcome.not_run(why)
@@ -299,7 +309,7 @@ def nvml_minus_reserved_gap(ctx: Ctx) -> Outcome:
 def sample_cost(ctx: Ctx) -> Outcome:
     from probes.counters.memory import MemoryProbe
 
-    dev = torch.device(ctx.device)
+    dev = ctx.torch_device
     keep = torch.empty(64 * MIB, dtype=torch.uint8, device=dev)  # a non-trivial allocator state
     probe = MemoryProbe(dev)
     n = 2000

@@ -154,9 +154,7 @@ def nccl_world_size_1(ctx: Ctx) -> Outcome:
 
     if not dist.is_nccl_available():
         return Outcome.not_run("this torch has no NCCL")
-    dev = torch.device(ctx.device)
-    if dev.index is None:  # DistributedDataParallel's device_ids want an index
-        dev = torch.device("cuda", 0)
+    dev = ctx.torch_device  # DistributedDataParallel's device_ids and set_device want an index
     torch.cuda.set_device(dev)
     dist.init_process_group("nccl", store=dist.HashStore(), rank=0, world_size=1)
     try:
@@ -311,7 +309,7 @@ async def _look(ctx: Ctx, app: Any, pilot: Any, wait_for: Any, problems: list[st
                                                        path=str(ctx.out)))
     panes = {k: p.top_text for k, p in app.panes.items()}
     figures.update(header=app.header_bar.text, panes=panes)
-    name = torch.cuda.get_device_name(torch.device(ctx.device))
+    name = torch.cuda.get_device_name(ctx.torch_device)
     if "n/a" in panes["allocated"]:
         problems.append(f"allocated pane: {panes['allocated']}")
     if name.split()[-1] not in app.header_bar.text:
