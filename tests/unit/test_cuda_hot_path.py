@@ -362,7 +362,7 @@ def test_the_graph_demo_on_cuda_keeps_its_graph_and_saved_activations():
     """On CUDA the graph demo's backward retains its graph (trainer/leaks.py): the kept loss
     then still holds its saved activations (a second backward through it works), as real
     graph leaks on a GPU do; on CPU (and off) it stays the ordinary backward."""
-    from trainer.leaks import RETAINED_GRAPH_HINT, LEAK_HINTS, LeakInjector
+    from trainer.leaks import LEAK_HINTS, RETAINED_GRAPH_HINT, LeakInjector
 
     demo = LeakInjector("graph", device_type="cuda")
     assert not demo.retain_graph  # not started
