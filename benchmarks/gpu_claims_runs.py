@@ -257,7 +257,13 @@ def dashboard_renders_on_cuda(ctx: Ctx) -> Outcome:
 
 
 async def _dashboard(ctx: Ctx, app_class: Any) -> Outcome:
+    import torch._dynamo  # noqa: F401  (see below)
+
     from probes.runfolder import create_run_dir
+
+    # torch.optim's first optimizer imports torch._dynamo, whose sympy keeps `from sys import
+    # stdout` as a module global: imported while the app captures stdout, it would hold the
+    # app (and its run) for good. Every other claim imports it first; --only dashboard too.
 
     app = app_class.for_run(ctx.config(steps=0), create_run_dir(ctx.out / "runs" / "dashboard"),
                             freeze_gc=False)

@@ -212,3 +212,25 @@ def test_the_scaler_claim_reads_its_truth_at_each_steps_end_not_in_a_batch(tmp_p
               hooks=[late, probes_claims.InfGrad({5})])
     untouched = [r["step"] for r in late.rows if r["truth_skipped"]]
     assert len(untouched) > 4  # most rows of each batch: no step between their reads
+
+
+def test_claims_leave_no_run_of_theirs_alive(tmp_path):
+    """runs_free_their_memory on the H200 (issue 45): the culprit claim left the example's
+    kept logits (its module-level list outlived the run: 1.5 MiB) and the dashboard claim its
+    trainer's model (an app built with freeze_gc=False still froze the gc in its trainer,
+    so the run's cycles were never collected: 6.4 MiB)."""
+    from trainer.config import TrainConfig
+    from tui.app import MemtopApp
+
+    culprits = import_benchmark("gpu_claims_culprits")
+    ctx = _ctx(tmp_path)
+    data = culprits.culprit_run(ctx, "logits", steps=12)
+    assert data["alerts"] or data["culprits"] or data["run_dir"]
+    assert culprits.leaky_loops.kept_outputs == []  # released after the run
+
+    cfg = TrainConfig(**dict(TINY, steps=0, run_dir=str(tmp_path)))
+    for freeze in (False, True):
+        run_dir = tmp_path / f"app-{freeze}"
+        run_dir.mkdir()
+        app = MemtopApp.for_run(cfg, run_dir, autostart=False, freeze_gc=freeze)
+        assert app.ending.trainer.freeze_gc is freeze and app.freeze_gc is freeze
