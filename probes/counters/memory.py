@@ -157,7 +157,11 @@ class MemoryProbe:
     and folds it into the run's peak (from ``reset_peak()`` on).
     """
 
-    def __init__(self, device: torch.device) -> None:
+    def __init__(self, device: torch.device, host_heap: bool = False) -> None:
+        """``host_heap``: on CUDA also read the host heap at the step's end, at its budgeted
+        rate (``MemoryReading.host_heap_bytes``): set by the Monitor when an instrument wants
+        it (the leak watch), off otherwise (CPU reads the heap as its allocated counter)."""
+        self.host_heap = host_heap
         self.is_cuda = device.type == "cuda"
         # CUDA: the device with its index, the raw allocator calls bound once (cudamem.py)
         self._cuda = StatsReader(device) if self.is_cuda else None
@@ -249,7 +253,7 @@ class MemoryProbe:
         cuda = self._cuda
         if cuda is not None:
             st = cuda.read()
-            heap = self._cuda_host_heap()
+            heap = self._cuda_host_heap() if self.host_heap else None
             if st is None:
                 return MemoryReading(None, None, None, rss, host_heap_bytes=heap)
             return MemoryReading(st.allocated_bytes, st.reserved_bytes,

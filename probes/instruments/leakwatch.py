@@ -54,6 +54,7 @@ class LeakWatch(StepHook):
     """
 
     batched = True  # reads only the row: end_step may run in a batch (hooks.py)
+    wants_host_heap = True  # CUDA: the memory probe reads the host heap for it (memory.py)
 
     FORECAST_EVERY_S = 3.0  # while an alert is open, its time to full is recomputed this often
 

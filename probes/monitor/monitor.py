@@ -139,6 +139,9 @@ class Monitor:
         self._boundary_done = 0  # the step whose boundary work is done
         self._scale_watch = ScalerWatch(scaler)
         self._values = StepValueReader()  # its host slots are made once (stepvalues.py)
+        # CUDA: the allocator is read and the rows' batch published before the step's one wait
+        # (both are host bookkeeping, done by then); CPU keeps its order (the heap counter)
+        self._before_wait = device.type == "cuda"
         self._micro = 0
         self._tracing = False
         self.leak_active = False  # set by a loop that runs memtop's leak demo
@@ -149,6 +152,8 @@ class Monitor:
                                    leak_watch=leak_watch, ledger=ledger, extra=extra_hooks)
         if not any(isinstance(h, HintWatch) for h in self.hooks):
             self.hooks.append(HintWatch())  # the tutorial's pitfalls, each said once
+        # CUDA: the host heap is read at the step's end only for an instrument that watches it
+        self.memory.host_heap = any(getattr(h, "wants_host_heap", False) for h in self.hooks)
         self.profiler = next((h for h in self.hooks if hasattr(h, "open_window")), None)
         self.ctx = session.context(model, optimizer, scaler, self._amp,
                                    warmup_steps=warmup_steps, max_steps=max_steps,
@@ -318,8 +323,13 @@ class Monitor:
         phases = self.phases
         if phases is not None:
             phases.stop()  # CUDA: the step's end event, before the read that may sync on it
-        scale_t = self._scale_watch.scale_tensor()
-        (loss, grad_norm, scale), synced = self._values.read(v.loss, v.grad_norm, scale_t)
+        queued = self._values.queue(v.loss, v.grad_norm, self._scale_watch.scale_tensor())
+        disturbed = self.session.disturbance(step, self._tracing)  # records/disturbed.py
+        early = self._before_wait
+        if early:  # CUDA: host work while the device finishes the step (issue 45)
+            reading = self.memory.read(count_peak=disturbed is None)
+            self.recorder.drain_if_due()  # earlier rows' batch, before the wait, not after
+        (loss, grad_norm, scale), synced = self._values.wait(queued)
         step_s = max(time.perf_counter() - scope._t0, 1e-9)
         split = phases.end(scope._t0 + step_s) if phases is not None else None
         if split is not None and phases.span_ms is not None:  # type: ignore[union-attr]
@@ -331,8 +341,8 @@ class Monitor:
             if error is not None:
                 raise error
         self._scale_watch.update(scale)
-        disturbed = self.session.disturbance(step, self._tracing)  # records/disturbed.py
-        reading = self.memory.read(count_peak=disturbed is None)  # records.counts_toward_peak
+        if not early:  # CPU: the heap read after the step's values (records.counts_toward_peak)
+            reading = self.memory.read(count_peak=disturbed is None)
         if step == self.warmup_steps:
             self.memory.reset_peak()  # set-up and first-step allocations leave the run's peak
         row = self.session.step_draft(
@@ -353,7 +363,7 @@ class Monitor:
         self.recorder.publish_soon(sample, StepTensors(None, None, synced, out_bytes,
                                                        reading.heap_fresh,
                                                        reading.host_heap_bytes)
-                                   if self._batched_hooks else None)
+                                   if self._batched_hooks else None, drain=not early)
         if self._end_hooks:
             tensors = StepTensors(loss=v.loss if isinstance(v.loss, torch.Tensor) else None,
                                   output=out, synced=synced, output_bytes=out_bytes,

@@ -48,6 +48,11 @@ def _as_float(value: Any) -> float | None:
         return None
 
 
+# what StepValueReader.queue hands to wait: the values read so far, and per device its host
+# buffer, its wait and which values its slots hold (None: no device value)
+Queued = tuple[list[float | None], list[tuple[torch.Tensor, Any, list[int]]] | None]
+
+
 class StepValueReader:
     """Reads a step's scalars, the device tensors among them at one sync per device (see the
     module docstring). ``slot_devices``: the device kinds read through host slots (CUDA; a
@@ -70,9 +75,10 @@ class StepValueReader:
             self._slots[device] = held
         return held
 
-    def read(self, *values: Any) -> tuple[list[float | None], bool]:
-        """Each value (tensor, number or None) as a float; and whether a device was waited
-        for (the step then synced its device)."""
+    def queue(self, *values: Any) -> Queued:
+        """Start reading ``values``: the numbers and host tensors are read now, each device
+        value's copy into its slot is queued (no wait). ``wait`` finishes; between the two the
+        caller may do host work while the device runs (the Monitor reads the allocator)."""
         out: list[float | None] = [None] * len(values)
         on_device: dict[torch.device, list[int]] | None = None
         slot_devices = self.slot_devices
@@ -85,7 +91,8 @@ class StepValueReader:
             else:
                 out[i] = _as_float(v)
         if on_device is None:
-            return out, False
+            return out, None
+        pending = []
         for device, idx in on_device.items():
             host, views, sync = self._device_slots(device, len(idx))
             srcs = [_scalar_view(values[i]) for i in idx]
@@ -95,12 +102,28 @@ class StepValueReader:
             else:
                 for dst, src in zip(dsts, srcs, strict=True):
                     dst.copy_(src, non_blocking=True)
+            pending.append((host, sync, idx))
+        return out, pending
+
+    @staticmethod
+    def wait(queued: Queued) -> tuple[list[float | None], bool]:
+        """The values ``queue`` started, after one wait per device (the step's work and the
+        copies); and whether a device was waited for (the step then synced its device)."""
+        out, pending = queued
+        if pending is None:
+            return out, False
+        for host, sync, idx in pending:
             if sync is not None:
-                sync()  # the one wait for this device: the step's work and the copies
+                sync()  # the one wait for this device
             got = host.tolist()  # a host tensor: no device involved
             for k, i in enumerate(idx):
                 out[i] = got[k]
         return out, True
+
+    def read(self, *values: Any) -> tuple[list[float | None], bool]:
+        """Each value (tensor, number or None) as a float; and whether a device was waited
+        for (``queue`` then ``wait``)."""
+        return self.wait(self.queue(*values))
 
 
 def _scalar_view(value: torch.Tensor) -> torch.Tensor:

@@ -238,6 +238,7 @@ def test_on_the_event_clock_a_rows_step_time_is_the_devices(tmp_path):
             mon.phases.close()  # the CPU clock's hooks off; the event clock's on, as on CUDA
             mon.phases = PhaseClock(model, opt, torch.device("cpu"), own_forward_hook=False,
                                     events=event_clock(stream))
+            mon._before_wait = True  # the CUDA order: allocator read and batch before the wait
             x = torch.randn(4, 8)
             samples = []
             for step in range(1, 13):
@@ -245,8 +246,13 @@ def test_on_the_event_clock_a_rows_step_time_is_the_devices(tmp_path):
                 with mon.step() as s:
                     _step(model, opt, x, s)
                 samples.append(s.sample)
-        return samples
-    samples = in_thread(run)
+            run_dir = mon.run_dir
+        return samples, run_dir
+    samples, run_dir = in_thread(run)
+    from factories import metrics_rows
+
+    rows, _events = metrics_rows(run_dir)
+    assert [r["step"] for r in rows] == list(range(1, 13))  # every row written, in order
     cuda = {"step_clock": STEP_CLOCK_CUDA}
     first, second = samples[:2]
     assert first.split_step is None and step_clock(first, cuda) == STEP_CLOCK_HOST
@@ -337,7 +343,11 @@ def test_a_cuda_probe_reads_the_host_heap_at_its_budgeted_rate():
     step (never more than CUDA_HEAP_READ_MAX_EVERY apart)."""
     from probes.counters import memory as mem
 
-    probe = mem.MemoryProbe(torch.device("cuda", 0))
+    quiet = mem.MemoryProbe(torch.device("cuda", 0))  # no instrument wants the heap
+    quiet.begin_step()
+    assert quiet.read().host_heap_bytes is None and quiet.host_heap_reads == 0
+    quiet.close()
+    probe = mem.MemoryProbe(torch.device("cuda", 0), host_heap=True)
     assert probe.device == torch.device("cuda", 0) and probe.is_cuda
     readings = []
     for _ in range(40):
@@ -385,3 +395,38 @@ def test_the_graph_demo_on_cuda_keeps_its_graph_and_saved_activations():
                 injector.kept[-1].backward()
     demo.stop()
     assert not demo.retain_graph
+
+
+def test_the_monitor_reads_the_host_heap_for_an_instrument_that_watches_it(tmp_path):
+    def run(leak_watch):
+        model = _model()
+        with Monitor(model, torch.optim.SGD(model.parameters(), lr=0.1), run_dir=tmp_path,
+                     listen=False, profiler=False, ledger=False, write_report=False,
+                     leak_watch=leak_watch) as mon:
+            return mon.memory.host_heap
+    assert in_thread(run, True) is True and in_thread(run, False) is False
+
+
+def test_a_cuda_monitor_publishes_earlier_rows_before_its_wait(tmp_path):
+    """The rows' batch on CUDA runs before the step's one wait (drain_if_due), never after it
+    (publish_soon(drain=False)): at most MAX_SOON_ROWS rows wait, in order, and an event still
+    publishes the rows before it first."""
+    from factories import make_sample
+
+    from probes.runfolder.recorder import MAX_SOON_ROWS, RunRecorder
+
+    got: list = []
+    rec = RunRecorder(tmp_path, sinks=[got.append])
+    rec._drained_at = float("inf")  # the clock never makes a batch due here: only the count
+    for step in range(1, MAX_SOON_ROWS):
+        rec.publish_soon(make_sample(step), drain=False)
+        assert rec.rows_waiting == step and not got
+        if step < MAX_SOON_ROWS - 1:
+            rec.drain_if_due()
+            assert not got
+    rec.drain_if_due()  # 7 waiting: the 8th would be over the cap, so they go now
+    assert [r.step for r in got] == list(range(1, MAX_SOON_ROWS)) and rec.rows_waiting == 0
+    rec.publish_soon(make_sample(MAX_SOON_ROWS), drain=False)
+    rec.emit("hint", MAX_SOON_ROWS, {})
+    assert [getattr(r, "event", r.step) for r in got[-2:]] == [MAX_SOON_ROWS, "hint"]
+    rec.close()
