@@ -112,6 +112,30 @@ def split_adds_no_sync(ctx: Ctx) -> Outcome:
                          host_step_ms=host, device_phases_ms=dev)
 
 
+@claim("step_ms_on_device_clock", "with no loss read (the host runs ahead, no sync), a row's "
+       "step_ms is the device's time of the step its split names: at least its forward + "
+       "backward + optimizer and within 10% of its span's parts, while the host's time per "
+       "step is under half of it (issue 45: step time was host time)", group="split",
+       needs_s=30)
+def step_ms_on_device_clock(ctx: Ctx) -> Outcome:
+    rows, _, host_ms = _loop(ctx.torch_device, set_loss=False)
+    timed = [r for r in rows[3:] if r.get("split_step") is not None
+             and r.get("backward_ms") is not None]
+    if not timed:
+        return Outcome.check(False, "no row with a split")
+    parts = [sum(r[n] or 0.0 for n in SPLIT_FIELDS if n != "data_wait_ms") for r in timed]
+    ratios = [r["step_ms"] / p for r, p in zip(timed, parts, strict=True) if p > 0]
+    busy = [sum(r[n] for n in ("forward_ms", "backward_ms", "optimizer_ms")) for r in timed]
+    step = statistics.median(r["step_ms"] for r in timed)
+    host = statistics.median(host_ms[3:])
+    ok = (all(0.9 <= x <= 1.1 for x in ratios) and step >= 0.99 * statistics.median(busy)
+          and host < 0.5 * step)
+    return Outcome.check(ok, f"step_ms median {step:.2f} ms (device), its parts' ratio "
+                             f"{min(ratios):.3f}–{max(ratios):.3f}, forward + backward + "
+                             f"optimizer {statistics.median(busy):.2f} ms, host {host:.2f} ms",
+                         step_ms=step, host_step_ms=host)
+
+
 @claim("nvml_busy_in_rows", "step rows on CUDA carry NVML's busy figures (utilisation, memory "
        "bandwidth utilisation, power and its limit, SM clock, temperature) from the poller's "
        "latest reading; on a MIG slice utilisation is null and the rest remain",
