@@ -283,6 +283,12 @@ def test_a_cpu_run_stays_on_the_host_clock_and_says_so(tmp_path):
     run_dir = in_thread(run)
     started = events_named(run_dir, "run_started")[0]
     assert started["step_clock"] == STEP_CLOCK_HOST
+    from probes.analysis.report.build import build_report
+    from probes.analysis.report.sections.setup import CUDA_TIMING, TIMING, timing_rule
+
+    assert build_report(run_dir)["measurement"]["timing"] == TIMING
+    assert timing_rule({"step_clock": STEP_CLOCK_CUDA}) == CUDA_TIMING
+    assert timing_rule({}) == TIMING  # a run written before issue 45
 
 
 # ---- the step's values at one wait -----------------------------------------------------------
