@@ -264,8 +264,8 @@ PANES: tuple[PaneSpec, ...] = (
     PaneSpec(
         "loss", "loss",
         **_both("loss", "loss",
-                "the loss the loop handed over, read when the step ends, in the same "
-                "device-to-host transfer as the gradient norm and the scale "
+                "the loss the loop handed over, read when the step ends, at the same one "
+                "wait for the device as the gradient norm and the scale "
                 "(probes/monitor/stepvalues.py); n/a when it is not finite. Under the HF "
                 "Trainer it is the loss HF logs, every logging_steps: the pane shows the "
                 "last one logged."),
