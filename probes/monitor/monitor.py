@@ -36,6 +36,7 @@ import torch
 
 from probes.control.requests import RunControl
 from probes.control.unix_socket import ControlServer
+from probes.counters.device_index import indexed_device
 from probes.counters.nvml import NvmlPoller
 from probes.instruments.hints import HintWatch
 from probes.instruments.hooks import GPTShape, StepHook, StepTensors, overriding
@@ -104,8 +105,8 @@ class Monitor:
                  requests: Mapping[str, Callable[[int], object]] | None = None,
                  non_finite: str = "record", memory_history: bool = False,
                  step_split: bool = True) -> None:
-        device = check_args(model, optimizer, scaler, tokens_per_step, samples_per_step, amp,
-                             warmup_steps, max_steps)
+        device = indexed_device(check_args(model, optimizer, scaler, tokens_per_step,
+                                           samples_per_step, amp, warmup_steps, max_steps))
         if non_finite not in ("record", "fail"):
             raise MonitorArgumentError(f"non_finite must be 'record' or 'fail', got "
                                        f"{non_finite!r}")
