@@ -44,6 +44,7 @@ class EventRing:
         self._new, self._record, self._stream = new_event, record, stream
         self._free: list[Any] = [new_event() for _ in range(size)]
         self.made = size
+        self.issued: list[Any] = []  # handed out since the last take_issued, in order
 
     @property
     def free(self) -> int:
@@ -57,16 +58,23 @@ class EventRing:
             event = self._new()
             self.made += 1
         self._record(event, self._stream)
+        self.issued.append(event)
         return event
+
+    def take_issued(self) -> list[Any]:
+        """The events handed out since the last call, each once: a step's to give back."""
+        issued, self.issued = self.issued, []
+        return issued
 
     def give_back(self, events: list[Any]) -> None:
         self._free.extend(events)
 
 
-@dataclass
+@dataclass(slots=True)
 class StepMarks:
     """What the hooks stamped during one step: its ends, the previous step's end (data wait
-    starts there), and each forward, backward and optimizer interval."""
+    starts there), and each forward, backward and optimizer interval; ``events``, when the
+    clock kept them, every event the step owns (its ring's take_issued: each once)."""
 
     step: int
     start: Mark
@@ -74,9 +82,12 @@ class StepMarks:
     end: Mark | None = None
     intervals: dict[str, list[tuple[Mark, Mark]]] = field(
         default_factory=lambda: {name: [] for name in INTERVAL_PHASES})
+    events: list[Mark] | None = None
 
     def marks(self) -> list[Mark]:
         """Every mark of the step, each once (a forward's end is also the backward's start)."""
+        if self.events is not None:
+            return self.events
         out = {id(m): m for m in (self.left_before, self.start, self.end) if m is not None}
         for pairs in self.intervals.values():
             for a, b in pairs:
@@ -88,19 +99,35 @@ def split_ms(marks: StepMarks, elapsed_ms: Callable[[Mark, Mark], float]) \
         -> dict[str, float | None]:
     """The five phase fields of one step (None: a phase no hook saw). ``other_ms`` is the step's
     span less the phases seen inside it, clamped at zero (see the module docstring)."""
+    return split_and_span(marks, elapsed_ms)[0]
+
+
+def split_and_span(marks: StepMarks, elapsed_ms: Callable[[Mark, Mark], float]) \
+        -> tuple[dict[str, float | None], float | None]:
+    """``split_ms`` and ``span_ms`` in one pass (the CUDA step path reads both each step)."""
     out: dict[str, float | None] = dict.fromkeys(SPLIT_FIELDS)
+    start = marks.start
     if marks.left_before is not None:
-        out["data_wait_ms"] = max(0.0, elapsed_ms(marks.left_before, marks.start))
+        wait = elapsed_ms(marks.left_before, start)
+        out["data_wait_ms"] = wait if wait > 0.0 else 0.0
     inside = 0.0
-    for name in INTERVAL_PHASES:
-        pairs = marks.intervals[name]
+    for name, pairs in marks.intervals.items():
         if pairs:
-            total = sum(max(0.0, elapsed_ms(a, b)) for a, b in pairs)
+            total = 0.0
+            for a, b in pairs:
+                part = elapsed_ms(a, b)
+                if part > 0.0:
+                    total += part
             out[name] = total
             inside += total
+    span = None
     if marks.end is not None:
-        out["other_ms"] = max(0.0, elapsed_ms(marks.start, marks.end) - inside)
-    return out
+        span = elapsed_ms(start, marks.end)
+        if span < 0.0:
+            span = 0.0
+        other = span - inside
+        out["other_ms"] = other if other > 0.0 else 0.0
+    return out, span
 
 
 def host_elapsed_ms(a: float, b: float) -> float:
@@ -159,9 +186,9 @@ class PendingSplits:
             newest = marks
         if newest is None:
             return None
-        out = newest.step, split_ms(newest, self.elapsed_ms), span_ms(newest, self.elapsed_ms)
+        fields, span = split_and_span(newest, self.elapsed_ms)
         self._done_with(newest)
-        return out
+        return newest.step, fields, span
 
     def _done_with(self, marks: StepMarks) -> None:
         if self.release is not None:

@@ -106,9 +106,11 @@ class PhaseClock:
         self._step = step
         self._fwd_start = self._fwd_end = self._opt_start = None
         self._queued = False  # a backward that raised never ran its callback
-        if self._pending is not None:
-            if self._marks is not None and self.ring is not None:  # a step that raised
-                self.ring.give_back(self._marks.marks())
+        ring = self.ring
+        if ring is not None:
+            if self._marks is not None:  # a step that raised and was not forgotten
+                ring.give_back(ring.take_issued())
+                self._marks, self._left = None, None
             self._start = self._mark()
             self._marks = StepMarks(step, self._start, left_before=self._left)
             self._left = None  # the step's marks own it now
@@ -140,9 +142,10 @@ class PhaseClock:
         if pending is None:
             return self._host_split(step, ended_s)
         marks, self._marks = self._marks, None
-        assert marks is not None
+        assert marks is not None and self.ring is not None
         if marks.end is None:
             marks.end = self._mark()
+        marks.events = self.ring.take_issued()  # its own and the data wait's start, each once
         pending.add(marks)
         taken = pending.take()
         if taken is None:
@@ -169,17 +172,17 @@ class PhaseClock:
 
     def left(self) -> None:
         """The step's scope is over (memtop's own work on it included): data wait starts."""
-        self._give_back_left()
-        self._left = self._mark()
+        self._left = self._mark()  # on the event clock the next step owns it (take_issued)
 
     def forget_left(self) -> None:
-        """Between steps something was not the loop's waiting (a pause): no data wait next."""
-        self._give_back_left()
-
-    def _give_back_left(self) -> None:
-        left, self._left = self._left, None
-        if left is not None and self.ring is not None:
-            self.ring.give_back([left])
+        """Between steps something was not the loop's waiting (a pause), or the step raised:
+        no data wait next; on the event clock what was marked since the last step's end
+        goes back to the ring."""
+        self._left = None
+        ring = self.ring
+        if ring is not None:
+            ring.give_back(ring.take_issued())
+            self._marks = None
 
     def close(self) -> None:
         for handle in self._handles:
