@@ -234,3 +234,27 @@ def test_claims_leave_no_run_of_theirs_alive(tmp_path):
         run_dir.mkdir()
         app = MemtopApp.for_run(cfg, run_dir, autostart=False, freeze_gc=freeze)
         assert app.ending.trainer.freeze_gc is freeze and app.freeze_gc is freeze
+
+
+def test_syncs_are_counted_from_the_live_list_as_each_step_begins():
+    """one_sync_per_step measured 0 on the H200 (issue 45): the counter marked each step with
+    the length of a list filled only when the run ended. Stand-in warnings (written here) arrive
+    in the live list as a run's would; each step's count is what arrived since it began."""
+    import types
+    import warnings
+
+    def warning(text):
+        return types.SimpleNamespace(message=UserWarning(text))
+
+    live: list = []
+    counter = profiler_claims.SyncCounter(live)
+    sync = "called a synchronizing CUDA operation"
+    arrivals = {1: [sync, "an unrelated warning"], 2: [sync], 3: [], 4: [sync, sync]}
+    for step in range(1, 6):
+        counter.marks[step] = counter.syncs_so_far()  # what step_context does
+        live.extend(warning(t) for t in arrivals.get(step, []))
+    assert profiler_claims.per_step_counts(counter.marks) == {1: 1, 2: 1, 3: 0, 4: 2}
+    with warnings.catch_warnings(record=True) as caught:  # sync_warnings' list is the live one
+        warnings.simplefilter("always")
+        warnings.warn(sync)
+    assert sum(map(profiler_claims.is_sync_warning, caught)) == 1
