@@ -256,5 +256,5 @@ def test_syncs_are_counted_from_the_live_list_as_each_step_begins():
     assert profiler_claims.per_step_counts(counter.marks) == {1: 1, 2: 1, 3: 0, 4: 2}
     with warnings.catch_warnings(record=True) as caught:  # sync_warnings' list is the live one
         warnings.simplefilter("always")
-        warnings.warn(sync)
+        warnings.warn(sync, stacklevel=1)
     assert sum(map(profiler_claims.is_sync_warning, caught)) == 1
