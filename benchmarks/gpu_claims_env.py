@@ -56,7 +56,7 @@ def cuda_device_seen(ctx: Ctx) -> Outcome:
     if ctx.is_cuda and torch.cuda.is_available():
         from trainer.config import bf16_problem
 
-        dev = torch.device(ctx.device)
+        dev = ctx.torch_device
         props = torch.cuda.get_device_properties(dev)
         env.update(gpu=props.name, capability=f"{props.major}.{props.minor}",
                    gpu_total_bytes=props.total_memory, device_count=torch.cuda.device_count(),

@@ -15,7 +15,8 @@ from typing import Any
 import torch
 from gpu_registry import Ctx, Outcome, claim, free_device
 
-BUDGET_US = 50.0  # memtop's host time per step, every default instrument on, the row written
+BUDGET_US = 100.0  # memtop's host time per step, every default instrument on, the row written
+GOAL_US = 50.0  # issue 45: ≤ 100 µs now, ≤ 50 µs stays the goal
 BLOCK, ROUNDS = 50, 30
 
 
@@ -57,11 +58,13 @@ def fixed_cost_us(device: torch.device) -> dict[str, Any]:
 
 
 @claim("monitor_fixed_cost_cuda", "the Monitor's host time per CUDA step (every default "
-       "instrument, the row written) is ≤ 50 µs: median monitored − plain of 30 interleaved "
-       "rounds of 50-step blocks on a 4×4 Linear", group="overhead", needs_s=20, priority=69)
+       "instrument, the row written) is ≤ 100 µs (≤ 50 µs the goal): median monitored − plain "
+       "of 30 interleaved rounds of 50-step blocks on a 4×4 Linear", group="overhead",
+       needs_s=20, priority=69)
 def monitor_fixed_cost_cuda(ctx: Ctx) -> Outcome:
-    m = fixed_cost_us(torch.device("cuda", 0))
+    m = fixed_cost_us(ctx.torch_device)
     return Outcome.check(m["cost_us"] <= BUDGET_US,
                          f"{m['cost_us']:.0f} µs per step (min–max {m['cost_min_us']:.0f}–"
                          f"{m['cost_max_us']:.0f}, A/A {m['aa_us']:+.0f} µs, plain step "
-                         f"{m['plain_step_us']:.0f} µs); budget {BUDGET_US:.0f} µs", **m)
+                         f"{m['plain_step_us']:.0f} µs); budget {BUDGET_US:.0f} µs, goal "
+                         f"{GOAL_US:.0f} µs", **m)

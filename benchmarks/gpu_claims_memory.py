@@ -24,7 +24,7 @@ def oom_runs(ctx: Ctx) -> dict[str, Any]:
     """Two runs that run out of memory (the allocator capped at 2 GiB with
     set_per_process_memory_fraction, B=4096): without and with --memory-history."""
     def make() -> dict[str, Any]:
-        dev = torch.device(ctx.device)
+        dev = ctx.torch_device
         total = torch.cuda.get_device_properties(dev).total_memory
         torch.cuda.empty_cache()
         torch.cuda.set_per_process_memory_fraction(min(1.0, 2048 * MIB / total), dev)
@@ -132,7 +132,7 @@ def history_recording(device: torch.device) -> bool:
        "(the probe that says so is first shown to see history while it is on)",
        group="history", needs_s=15, priority=31)
 def history_off_after_run(ctx: Ctx) -> Outcome:
-    dev = torch.device(ctx.device)
+    dev = ctx.torch_device
     torch.cuda.memory._record_memory_history(enabled="all", max_entries=4096)
     try:
         seen_on = history_recording(dev)

@@ -14,7 +14,7 @@ from common import interleaved_pairs, noise_band, quartiles, verdict
 from gpu_registry import Ctx, Outcome, claim, free_device
 from torch.profiler import record_function
 
-TARGET = 0.99  # monitored / plain tokens per second
+TARGETS = {"default": 0.99, "large": 0.995}  # monitored / plain tokens per second (issue 45)
 SIZES = {  # name -> (TrainConfig fields, steps per block, pairs)
     "default": ({}, 20, 15),  # memtop train's default GPT: a few ms per step on a big GPU
     "large": ({"batch_size": 32, "seq_len": 512, "block_size": 512, "layers": 8, "dim": 512,
@@ -98,20 +98,22 @@ def measure(ctx: Ctx, size: str) -> dict[str, Any]:
     q1, med, q3 = quartiles(ratios)
     return {"median_ratio": med, "iqr": (q1, q3), "aa": aa, "ratios": ratios,
             "noise_band": noise_band(aa, len(ratios)), "pairs": len(ratios),
-            "verdict": verdict(med, aa, TARGET, len(ratios), 0.0, 1.0),
+            "verdict": verdict(med, aa, TARGETS[size], len(ratios), 0.0, 1.0),
+            "target": TARGETS[size],
             "plain_step_ms": step_ms, "block_steps": block,
             "config": {"batch_size": cfg.batch_size, "seq_len": cfg.seq_len,
                        "layers": cfg.layers, "dim": cfg.dim, "attention": cfg.attention}}
 
 
 def _outcome(m: dict[str, Any]) -> Outcome:
+    target = m["target"]
     ok = m["verdict"] == "met" or (m["verdict"].startswith("inside noise")
-                                   and m["median_ratio"] >= TARGET)
+                                   and m["median_ratio"] >= target)
     return Outcome.check(ok, f"monitored / plain {m['median_ratio']:.3f} (IQR "
                              f"{m['iqr'][0]:.3f}–{m['iqr'][1]:.3f}, {m['pairs']} pairs of "
                              f"{m['block_steps']}-step blocks, noise band ±{m['noise_band']:.3f}"
                              f") at {m['plain_step_ms']:.2f} ms/step: {m['verdict']} (target "
-                             f"≥ {TARGET})", **m)
+                             f"≥ {target})", **m)
 
 
 @claim("step_overhead_default_gpt", "memtop's per-step cost on CUDA, default GPT (B=16, T=128, "
@@ -123,6 +125,6 @@ def step_overhead_default_gpt(ctx: Ctx) -> Outcome:
 
 
 @claim("step_overhead_large_gpt", "the same at a larger GPU step (B=32, T=512, 8 layers, dim "
-       "512, sdpa): ≥ 0.99, median of 9 pairs", group="overhead", needs_s=30, priority=71)
+       "512, sdpa): ≥ 0.995, median of 9 pairs", group="overhead", needs_s=30, priority=71)
 def step_overhead_large_gpt(ctx: Ctx) -> Outcome:
     return _outcome(measure(ctx, "large"))

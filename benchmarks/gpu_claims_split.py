@@ -83,7 +83,7 @@ def _loop(device: torch.device, *, loader_sleep_s: float = 0.0, host_work_s: flo
        "4 steps later; a 20 ms host sleep before each step shows as ≥ 15 ms of data wait",
        group="split", needs_s=30)
 def split_device_time(ctx: Ctx) -> Outcome:
-    rows, hints, _ = _loop(torch.device(ctx.device), loader_sleep_s=LOADER_SLEEP_S)
+    rows, hints, _ = _loop(ctx.torch_device, loader_sleep_s=LOADER_SLEEP_S)
     problems = split_problems(rows)
     waits = [r["data_wait_ms"] for r in rows[3:] if r.get("data_wait_ms") is not None]
     wait = statistics.median(waits) if waits else None
@@ -101,7 +101,7 @@ def split_device_time(ctx: Ctx) -> Outcome:
        "well under its device time (forward + backward + optimizer): the CUDA events are "
        "queried, never synchronised", group="split", needs_s=30)
 def split_adds_no_sync(ctx: Ctx) -> Outcome:
-    rows, _, host_ms = _loop(torch.device(ctx.device), set_loss=False)
+    rows, _, host_ms = _loop(ctx.torch_device, set_loss=False)
     device_ms = [sum(r[n] for n in ("forward_ms", "backward_ms", "optimizer_ms"))
                  for r in rows[3:] if r.get("backward_ms") is not None]
     if not device_ms:
@@ -112,12 +112,36 @@ def split_adds_no_sync(ctx: Ctx) -> Outcome:
                          host_step_ms=host, device_phases_ms=dev)
 
 
+@claim("step_ms_on_device_clock", "with no loss read (the host runs ahead, no sync), a row's "
+       "step_ms is the device's time of the step its split names: at least its forward + "
+       "backward + optimizer and within 10% of its span's parts, while the host's time per "
+       "step is under half of it (issue 45: step time was host time)", group="split",
+       needs_s=30)
+def step_ms_on_device_clock(ctx: Ctx) -> Outcome:
+    rows, _, host_ms = _loop(ctx.torch_device, set_loss=False)
+    timed = [r for r in rows[3:] if r.get("split_step") is not None
+             and r.get("backward_ms") is not None]
+    if not timed:
+        return Outcome.check(False, "no row with a split")
+    parts = [sum(r[n] or 0.0 for n in SPLIT_FIELDS if n != "data_wait_ms") for r in timed]
+    ratios = [r["step_ms"] / p for r, p in zip(timed, parts, strict=True) if p > 0]
+    busy = [sum(r[n] for n in ("forward_ms", "backward_ms", "optimizer_ms")) for r in timed]
+    step = statistics.median(r["step_ms"] for r in timed)
+    host = statistics.median(host_ms[3:])
+    ok = (all(0.9 <= x <= 1.1 for x in ratios) and step >= 0.99 * statistics.median(busy)
+          and host < 0.5 * step)
+    return Outcome.check(ok, f"step_ms median {step:.2f} ms (device), its parts' ratio "
+                             f"{min(ratios):.3f}–{max(ratios):.3f}, forward + backward + "
+                             f"optimizer {statistics.median(busy):.2f} ms, host {host:.2f} ms",
+                         step_ms=step, host_step_ms=host)
+
+
 @claim("nvml_busy_in_rows", "step rows on CUDA carry NVML's busy figures (utilisation, memory "
        "bandwidth utilisation, power and its limit, SM clock, temperature) from the poller's "
        "latest reading; on a MIG slice utilisation is null and the rest remain",
        group="split", needs_s=30)
 def nvml_busy_in_rows(ctx: Ctx) -> Outcome:
-    rows, _, _ = _loop(torch.device(ctx.device), steps=40)
+    rows, _, _ = _loop(ctx.torch_device, steps=40)
     last = rows[-1]
     seen = {n: last.get(n) for n in GPU_BUSY_FIELDS}
     missing = [n for n, v in seen.items() if v is None]
@@ -131,7 +155,7 @@ def nvml_busy_in_rows(ctx: Ctx) -> Outcome:
        "gets the gpu_idle hint once (NVML utilisation under 50% while steps take ≥ 10 ms)",
        group="split", needs_s=40)
 def gpu_idle_hint(ctx: Ctx) -> Outcome:
-    rows, hints, _ = _loop(torch.device(ctx.device), host_work_s=0.03, steps=40)
+    rows, hints, _ = _loop(ctx.torch_device, host_work_s=0.03, steps=40)
     util = [r["gpu_util_pct"] for r in rows if r.get("gpu_util_pct") is not None]
     if not util:
         return ctx.not_run("NVML utilisation not reported here (MIG slice or vGPU)")

@@ -162,7 +162,9 @@ def allocated_bytes(device: str) -> int | None:
 
     if not device.startswith("cuda") or not torch.cuda.is_available():
         return None
-    return int(torch.cuda.memory_allocated(torch.device(device)))
+    from probes.counters.device_index import indexed_device
+
+    return int(torch.cuda.memory_allocated(indexed_device(device)))
 
 
 def live_tensor_bytes(device: str) -> int | None:
@@ -199,6 +201,15 @@ class Ctx:
     @property
     def is_cuda(self) -> bool:
         return self.device.startswith("cuda")
+
+    @property
+    def torch_device(self) -> Any:
+        """The device as a torch.device with its index ("cuda" is the current device, as torch
+        reads it): set_per_process_memory_fraction and set_device refuse one without
+        (probes/counters/device_index.py)."""
+        from probes.counters.device_index import indexed_device
+
+        return indexed_device(self.device)
 
     def left_s(self) -> float:
         return self.deadline - time.monotonic()

@@ -127,6 +127,7 @@ def measure(rounds: int, split: bool = False) -> dict[str, list[float]]:
 BREAKDOWN = ("scope.py:", "monitor.py:", "recorder.py:", "writer.py:", "memory.py:",
              "session.py:", "leak.py:", "leakwatch.py:", "hints.py:", "ledger.py:", "phases.py:",
              "host.py:", "forward_hook.py:", "stepvalues.py:", "profwindow.py:", "finder.py:",
+             "phase_split.py:", "cudamem.py:",
              "guard.py:")
 
 

@@ -60,6 +60,13 @@ def keep_output(module: nn.Module, inputs: object, output: torch.Tensor) -> None
     hook_outputs.append(output.detach())
 
 
+def release() -> None:
+    """Drop what the leaks kept (the module's lists outlive a run: a caller running loops one
+    after another, as the GPU claims do, frees each run's tensors with this)."""
+    for kept in (losses, kept_outputs, hook_outputs, kept_bytes):
+        kept.clear()
+
+
 def train(loop: str, steps: int = 60, run_dir: str | Path = "runs", batch: int = 128,
           device: str = "cpu", **monitor_options: object) -> Path:
     """One run of ``loop``; returns its run folder."""
@@ -69,8 +76,7 @@ def train(loop: str, steps: int = 60, run_dir: str | Path = "runs", batch: int =
     model = Net(depth=96 if loop == "graph" else 0).to(device)  # a kept loss: its graph
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     gc_was_on = gc.isenabled()
-    for kept in (losses, kept_outputs, hook_outputs, kept_bytes):
-        kept.clear()
+    release()
     buffer: list[torch.Tensor] = []
     with Monitor(model, opt, run_dir=run_dir, samples_per_step=batch,
                  **monitor_options) as mon:  # type: ignore[arg-type]

@@ -28,7 +28,7 @@ from trainer.background import BackgroundRun
 from trainer.config import TrainConfig, amp_reason, resolve_amp
 from trainer.data import BatchSampler, load_corpus
 from trainer.exit_codes import EXIT_FAILED, run_exit_code
-from trainer.leaks import LEAK_HINTS, LeakInjector
+from trainer.leaks import LeakInjector
 from trainer.model import GPT
 
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -112,6 +112,7 @@ class Trainer(BackgroundRun):
         mon: Monitor | None = None
         try:
             device = self.device if self.device is not None else cfg.torch_device
+            self.leak.device_type = device.type  # the graph demo retains its graph on CUDA
             if device.type == "cuda":
                 # first: the profiler's stop, NVML and every torch.cuda call without a device
                 # argument use the current device (cuda:0 unless set), not the chosen one
@@ -197,10 +198,11 @@ class Trainer(BackgroundRun):
                 ):
                     logits, loss = model(x, y)
                 with record_function("backward"):
+                    retain = self.leak.retain_graph  # the graph demo on CUDA (trainer/leaks.py)
                     if scaler is not None:
-                        scaler.scale(loss).backward()
+                        scaler.scale(loss).backward(retain_graph=retain)
                     else:
-                        loss.backward()
+                        loss.backward(retain_graph=retain)
                 with record_function("optimizer"):
                     if scaler is not None:
                         scaler.unscale_(optimizer)  # clipping must see true gradients
@@ -235,7 +237,7 @@ class Trainer(BackgroundRun):
             self.leak.start(step)
             if mon is not None:
                 mon.emit(R.LEAK_DEMO_STARTED, step, {"kind": self.leak.kind,
-                                                         "hint": LEAK_HINTS[self.leak.kind]})
+                                                         "hint": self.leak.hint})
         elif not start and self.leak.active:
             dropped = self.leak.stop()
             if mon is not None:

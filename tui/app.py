@@ -148,8 +148,12 @@ class MemtopApp(RefreshLoop, LiveEvents, StatusBars, RanksView, AppActions, Noti
             from probes.monitor import default_hooks
             from trainer.loop import Trainer
 
+            # an app that does not freeze the gc keeps its trainer from freezing it either:
+            # a frozen run's cycles (its model, optimizer state) outlive it (issue 45, 6.4 MiB
+            # left on the H200 by the dashboard claim)
             trainer = Trainer(config, run_dir, sinks=[ring.push],
-                              hooks=default_hooks(**config.hook_options()))
+                              hooks=default_hooks(**config.hook_options()),
+                              freeze_gc=kwargs.get("freeze_gc", True))
             kwargs.setdefault("device_type", config.torch_device.type)
         source = TrainerSource(trainer, ring)
         source.autostart = autostart

@@ -124,10 +124,16 @@ def outside_cache_note(sample: StepSample | None, started: Mapping[str, Any]) ->
 
 
 def gpu_busy_note(sample: StepSample | None, started: Mapping[str, Any]) -> str | None:
-    """CUDA, under step time: how busy NVML saw the GPU at its latest poll."""
-    if sample is None or sample.gpu_util_pct is None:
+    """CUDA, under step time: the clock the step time is on (a run that says, issue 45) and
+    how busy NVML saw the GPU at its latest poll."""
+    if sample is None:
         return None
-    return f"GPU busy {sample.gpu_util_pct:.0f}%"
+    busy = f"GPU busy {sample.gpu_util_pct:.0f}%" if sample.gpu_util_pct is not None else None
+    if "step_clock" not in started or not _is_cuda(sample):
+        return busy
+    clock = "device clock" if R.step_clock(sample, started) == R.STEP_CLOCK_CUDA \
+        else "host clock"
+    return f"{clock}, {busy}" if busy else clock
 
 
 def _scale_note(sample: StepSample | None, started: Mapping[str, Any]) -> str | None:
@@ -246,10 +252,11 @@ PANES: tuple[PaneSpec, ...] = (
     PaneSpec(
         "tokens", "rate",
         **_both("tokens/s", "tok/s",
-                "B×T divided by the wall time of the whole step (data to optimizer update), "
-                "timed when the step ends. A loop that counts samples instead shows samples/s, "
-                "one that counts neither steps/s. The steps a profiler window or a culprit look "
-                "disturbed are left out: the pane holds the last step before them."),
+                "B×T divided by the step time (the step time pane's: wall time on CPU, the "
+                "device's time from CUDA events on a GPU), timed when the step ends. A loop "
+                "that counts samples instead shows samples/s, one that counts neither steps/s. "
+                "The steps a profiler window or a culprit look disturbed are left out: the pane "
+                "holds the last step before them."),
         value=throughput, sample_label=throughput_label, holds_last=R.is_disturbed),
     PaneSpec(
         "step_ms", "ms",
@@ -257,18 +264,25 @@ PANES: tuple[PaneSpec, ...] = (
                      "the wall time of the whole step (data to optimizer update), from its start "
                      "to its end. " + _UNDISTURBED),
         cuda=OnDevice("step time", "step",
-                      "the wall time of the whole step (data to optimizer update), from its "
-                      "start to its end. " + _UNDISTURBED,
-                      note_help="GPU busy: NVML's utilisation at its latest poll (every 0.5 s, "
-                                "off the step path): the share of the last sample period in "
-                                "which a kernel ran, not how much of the GPU it used; n/a on "
-                                "MIG slices, which do not report it."),
+                      "the device's time for the whole step (data to optimizer update): CUDA "
+                      "events recorded at the start and the end of the step, read once the GPU "
+                      "reached them (never a sync), so it is the GPU's time, not the host's, "
+                      "which runs ahead of it when the loop does not wait. A step whose events "
+                      "were not done yet is read at a later step (the step split names it). "
+                      + _UNDISTURBED,
+                      note_help="The note says which clock the step time is on: \"device "
+                                "clock\" (CUDA events), or \"host clock\" (wall time: the "
+                                "step split off, or the first steps, before any step's events "
+                                "were done). GPU busy: NVML's utilisation at its latest poll "
+                                "(every 0.5 s, off the step path): the share of the last "
+                                "sample period in which a kernel ran, not how much of the GPU "
+                                "it used; n/a on MIG slices, which do not report it."),
         value=lambda s: s.step_ms, note=gpu_busy_note, holds_last=R.is_disturbed),
     PaneSpec(
         "loss", "loss",
         **_both("loss", "loss",
-                "the loss the loop handed over, read when the step ends, in the same "
-                "device-to-host transfer as the gradient norm and the scale "
+                "the loss the loop handed over, read when the step ends, at the same one "
+                "wait for the device as the gradient norm and the scale "
                 "(probes/monitor/stepvalues.py); n/a when it is not finite. Under the HF "
                 "Trainer it is the loss HF logs, every logging_steps: the pane shows the "
                 "last one logged."),

@@ -5,10 +5,12 @@ CPU (Linux/glibc): the heap counters of glibc's ``mallinfo2()`` (every thread's 
 bytes malloc holds from the OS (arena + hblkhd). Peak is the max of the sampled values, not a true
 high-water mark. RSS comes from ``/proc/self/statm`` through a kept file descriptor.
 
-CUDA: torch's caching-allocator counters, from one ``memory_stats_as_nested_dict()`` call per step
-(probes/counters/cudamem.py), which reads host-side bookkeeping and adds no device synchronisation.
-The allocator's peak is reset at the start of every step, so it is *this step's* high-water mark
-(what an OOM runs into); the run's peak is the max of the step peaks, kept here.
+CUDA: torch's caching-allocator counters, from one raw stats call per step (the C call under
+``memory_stats_as_nested_dict()``, with the device's index resolved once: probes/counters/cudamem.py
+``StatsReader``), which reads host-side bookkeeping and adds no device synchronisation. The
+allocator's peak is reset at the start of every step, so it is *this step's* high-water mark
+(what an OOM runs into); the run's peak is the max of the step peaks, kept here. The host heap is
+read too, at a budgeted rate, for the leak watch (``host_heap_bytes``: a leak of host objects).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import NamedTuple
 
 import torch
 
-from probes.counters.cudamem import read_stats
+from probes.counters.cudamem import StatsReader
 from probes.counters.host import RssReader
 
 
@@ -100,6 +102,10 @@ class MemoryReading(NamedTuple):
     alloc_retries: int | None = None  # CUDA: cudaMalloc retries after a cache flush
     ooms: int | None = None  # CUDA: out-of-memory errors raised
     heap_fresh: bool = True  # CPU: False when allocated/reserved repeat an earlier heap read
+    # CUDA: the host heap in use (mallinfo2), read at the step's end at its budgeted rate
+    # (CUDA_HEAP_READ_BUDGET) for the leak watch; None on the steps between (and on CPU, where
+    # allocated_bytes is the heap)
+    host_heap_bytes: int | None = None
 
 
 # CPU: the mid-step heap read (end of forward: the activations' peak) is taken while one heap
@@ -122,16 +128,26 @@ MID_STEP_EVERY = 16
 HEAP_READ_BUDGET = 0.01
 HEAP_READ_FLOOR_S = 0.002
 HEAP_READ_MAX_EVERY = 16
+# CUDA: the host heap is not the allocated counter, but a leak of host objects (the autograd
+# graph a kept loss holds: ~150 KiB/step of heap, a few hundred bytes of device memory) shows
+# only there, so the leak watch needs it too (issue 45). Its read (a mallinfo2 walk, 5-100 µs
+# in a training process) is taken at the step's end every k-th step, k the fewest that keeps it
+# within CUDA_HEAP_READ_BUDGET of the step (the whole of memtop's share of a GPU step is ~1%),
+# at most CUDA_HEAP_READ_MAX_EVERY; a read under CUDA_HEAP_READ_FLOOR_S is taken every step.
+CUDA_HEAP_READ_BUDGET = 0.002
+CUDA_HEAP_READ_FLOOR_S = 0.000_005
+CUDA_HEAP_READ_MAX_EVERY = 8
 
 
-def heap_read_every(read_s: float, step_s: float, floor_s: float = HEAP_READ_FLOOR_S) -> int:
+def heap_read_every(read_s: float, step_s: float, floor_s: float = HEAP_READ_FLOOR_S,
+                    budget: float = HEAP_READ_BUDGET, max_every: int = HEAP_READ_MAX_EVERY) -> int:
     """Every how many steps the end-of-step heap read is taken: 1 while one read costs at most
-    HEAP_READ_FLOOR_S or HEAP_READ_BUDGET of the step, else the fewest steps that bring it
-    within that budget (at most HEAP_READ_MAX_EVERY)."""
-    budget_s = max(floor_s, HEAP_READ_BUDGET * step_s)
+    ``floor_s`` or ``budget`` of the step, else the fewest steps that bring it within that
+    budget (at most ``max_every``)."""
+    budget_s = max(floor_s, budget * step_s)
     if read_s <= budget_s:
         return 1
-    return min(HEAP_READ_MAX_EVERY, math.ceil(read_s / budget_s))
+    return min(max_every, math.ceil(read_s / budget_s))
 
 
 class MemoryProbe:
@@ -141,9 +157,15 @@ class MemoryProbe:
     and folds it into the run's peak (from ``reset_peak()`` on).
     """
 
-    def __init__(self, device: torch.device) -> None:
-        self.device = device
+    def __init__(self, device: torch.device, host_heap: bool = False) -> None:
+        """``host_heap``: on CUDA also read the host heap at the step's end, at its budgeted
+        rate (``MemoryReading.host_heap_bytes``): set by the Monitor when an instrument wants
+        it (the leak watch), off otherwise (CPU reads the heap as its allocated counter)."""
+        self.host_heap = host_heap
         self.is_cuda = device.type == "cuda"
+        # CUDA: the device with its index, the raw allocator calls bound once (cudamem.py)
+        self._cuda = StatsReader(device) if self.is_cuda else None
+        self.device = self._cuda.device if self._cuda is not None else device
         self._rss = RssReader()
         self._run_peak: int | None = None
         self._step_peak: int | None = None  # CPU: max of the heap readings in this step
@@ -161,6 +183,8 @@ class MemoryProbe:
         self.heap_reads_skipped = 0  # CPU: end-of-step heap reads left out (budget) so far
         self.mid_step_reads = 0  # CPU: mid-step heap reads taken / skipped (budget) so far
         self.mid_step_skipped = 0
+        self._read_at_s: float | None = None  # CUDA: perf_counter at the last read (the period)
+        self.host_heap_reads = 0  # CUDA: end-of-step host heap reads taken so far
 
     @property
     def counter_source(self) -> str:
@@ -180,11 +204,9 @@ class MemoryProbe:
         no sync; note it resets *all* of torch's peak stats, which a loop reading
         max_memory_allocated itself would see). On CPU no read: in a live run a mallinfo2
         walk costs ~100 µs (README), so the step's peak is its mid-step and end readings."""
-        if self.is_cuda:
-            try:
-                torch.cuda.reset_peak_memory_stats(self.device)
-            except (RuntimeError, AssertionError):
-                pass
+        cuda = self._cuda
+        if cuda is not None:
+            cuda.reset_peak()
             return
         self._step_peak = None
         self._steps += 1
@@ -228,15 +250,16 @@ class MemoryProbe:
         probes/records/step.py ``counts_toward_peak``) keeps its high-water mark out of the
         run's peak; the step's own peak is still in ``step_peak_allocated_bytes``."""
         rss = self._rss.read()
-        if self.is_cuda:
-            st = read_stats(self.device)
+        cuda = self._cuda
+        if cuda is not None:
+            st = cuda.read()
+            heap = self._cuda_host_heap() if self.host_heap else None
             if st is None:
-                return MemoryReading(None, None, None, rss)
+                return MemoryReading(None, None, None, rss, host_heap_bytes=heap)
             return MemoryReading(st.allocated_bytes, st.reserved_bytes,
                                  self._fold(st.peak_allocated_bytes, count_peak), rss,
-                                 step_peak_allocated_bytes=st.peak_allocated_bytes,
-                                 inactive_split_bytes=st.inactive_split_bytes,
-                                 alloc_retries=st.alloc_retries, ooms=st.ooms)
+                                 st.peak_allocated_bytes, st.inactive_split_bytes,
+                                 st.alloc_retries, st.ooms, True, heap)
         t0 = time.perf_counter()
         self._heap_since += 1
         fresh = self._heap_since >= self._heap_every or self._last_heap is None
@@ -260,6 +283,25 @@ class MemoryProbe:
             self._step_peak = allocated
         return MemoryReading(allocated, reserved, self._fold(self._step_peak, count_peak), rss,
                              step_peak_allocated_bytes=self._step_peak, heap_fresh=fresh)
+
+    def _cuda_host_heap(self) -> int | None:
+        """CUDA: the host heap in use at its budgeted rate (CUDA_HEAP_READ_BUDGET of the
+        period between reads); None on the steps between and where mallinfo2 is missing."""
+        now = time.perf_counter()
+        period = now - self._read_at_s if self._read_at_s is not None else 0.0
+        self._read_at_s = now
+        self._heap_since += 1
+        if self._heap_since < self._heap_every:
+            return None
+        heap = heap_counters()
+        cost = time.perf_counter() - now
+        self._read_costs.append(cost)
+        self.host_heap_reads += 1
+        self._heap_since = 0
+        self._heap_every = heap_read_every(min(self._read_costs), period,
+                                           CUDA_HEAP_READ_FLOOR_S, CUDA_HEAP_READ_BUDGET,
+                                           CUDA_HEAP_READ_MAX_EVERY) if period > 0 else 1
+        return heap[0] if heap is not None else None
 
     def close(self) -> None:
         self._rss.close()

@@ -67,7 +67,9 @@ def step_hints(sample: StepSample, synced: bool, warmup: int) -> list[tuple[str,
         out.append(("many_skipped_steps", f"{sample.skipped_steps} of {sample.step} steps "
                                           "skipped"))
     cuda = sample.device.startswith("cuda")
-    if cuda and not synced and sample.step > warmup:
+    if cuda and not synced and sample.split_step is None and sample.step > warmup:
+        # no wait and no step's CUDA events read: this row's step time is the host's
+        # (with the split's events it is the device's, wait or not: issue 45)
         out.append(("no_sync_boundary", f"step {sample.step}: {sample.step_ms:.2f} ms of "
                                         "launches"))
     if cuda and sample.step > warmup:

@@ -65,6 +65,8 @@ class StepTensors:
     synced: bool = True  # the end-of-step read waited for the device (a CUDA tensor was read)
     output_bytes: int | None = None  # the output's size, kept when the tensors are not
     heap_fresh: bool = True  # CPU: the row's heap counters were read this step (memory.py)
+    host_heap_bytes: int | None = None  # CUDA: the host heap read at this step's end (its
+    # budgeted rate: probes/counters/memory.py); None on the steps between
 
 
 class StepHook:

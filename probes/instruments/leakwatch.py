@@ -52,22 +52,22 @@ class LeakWatch(StepHook):
     and the jump across a pause (the UI thread allocates in the same heap meanwhile) or across
     an evaluation or a checkpoint save between steps (``between_steps``) are left out.
 
-    On CUDA the host heap (a mallinfo2 walk, 5–100 µs) is read every ``host_heap_every`` steps
-    (issue 28); its detector fits bytes/step over the steps it gets, so a host leak is found
-    ``host_heap_every`` times more steps later. The device series is fed every step.
+    On CUDA the host heap (a mallinfo2 walk, 5–100 µs) is read by the memory probe at the
+    step's end at its budgeted rate (every step while it is cheap, else every k-th: issue 45,
+    probes/counters/memory.py) and handed over with the step (``tensors.host_heap_bytes``); the
+    steps between are neither points nor gaps, and the detector fits bytes/step over the steps
+    it gets. The device series is fed every step.
     """
 
     batched = True  # reads only the row: end_step may run in a batch (hooks.py)
+    wants_host_heap = True  # CUDA: the memory probe reads the host heap for it (memory.py)
 
     FORECAST_EVERY_S = 3.0  # while an alert is open, its time to full is recomputed this often
 
     def __init__(self, config: LeakDetectorConfig | None = None, settle_steps: int = 3,
-                 pause_gap_s: float = 1.0, host_heap_every: int = 10) -> None:
+                 pause_gap_s: float = 1.0) -> None:
         if settle_steps < 0:
             raise ValueError(f"settle_steps must be zero or positive, got {settle_steps}")
-        if not isinstance(host_heap_every, int) or host_heap_every < 1:
-            raise ValueError(f"host_heap_every must be a positive integer, got {host_heap_every}")
-        self.host_heap_every = host_heap_every
         if not pause_gap_s > 0:
             raise ValueError(f"pause_gap_s must be greater than zero, got {pause_gap_s}")
         self.config = config or LeakDetectorConfig()
@@ -122,12 +122,9 @@ class LeakWatch(StepHook):
                   "host_rss": sample.host_rss_bytes}
         if not tensors.heap_fresh:  # CPU: the row repeats an earlier heap read (its cost)
             values["host_heap"] = _NOT_READ
-        elif self._is_cuda:
-            if step % self.host_heap_every == 0:
-                heap = heap_counters()
-                values["host_heap"] = heap[0] if heap else None
-            else:
-                values["host_heap"] = _NOT_READ  # not this step's turn: no point, no gap
+        elif self._is_cuda:  # read at the step's end when its turn came (memory.py)
+            heap = tensors.host_heap_bytes
+            values["host_heap"] = heap if heap is not None else _NOT_READ  # else no point
         output_bytes = tensors.output_bytes
         where = self._where(sample)
         self.fill.feed(step, sample.time_s, where[2] if where else None)

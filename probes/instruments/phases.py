@@ -19,11 +19,17 @@ costs a few µs a step: benchmarks/monitor_fixed_cost.py --split):
   it) to the start of this one: the loader, logging, evaluation, whatever the loop did between.
 
 On CPU the marks are ``time.perf_counter()``, summed as the hooks fire, and the split is the
-step's own. On CUDA each mark is a ``torch.cuda.Event(enable_timing=True)`` recorded on the
-current stream: the phases are device time (when the GPU reached each boundary), read with
-``query()``/``elapsed_time`` once done, never synchronised; a step whose events are still
-running when it ends is read at a later step's end and that row says which step it measured
-(``split_step``). A phase no hook saw (the model not called inside the step, a compiled
+step's own. On CUDA each mark is a ``torch.cuda.Event(enable_timing=True)`` from a ring made
+once (phase_split.py ``EventRing``), recorded on the stream that was current when the clock was
+made (looked up once, not per mark: ``Event.record()`` looks it up through torch's Python layer
+each time, ~8 µs of an H200 step's 10 µs a mark, issue 45): the phases are device time (when
+the GPU reached each boundary), read with ``query()``/``elapsed_time`` once done, never
+synchronised. The step's end is stamped by ``stop()`` before the Monitor's one read of the
+step's values, so a step that syncs there (a loop that hands over a CUDA loss) is read at its
+own end; a step whose events are still running is read at a later step's end and that row says
+which step it measured (``split_step``). The step's span on the device (start to end) is
+``span_ms``: the row's step_ms on CUDA (the device's time for the step, not the host's, which
+runs ahead of it). A phase no hook saw (the model not called inside the step, a compiled
 function that fuses forward and backward, an optimizer without step hooks) is None, never a
 made-up split. The arithmetic is probes/instruments/phase_split.py.
 """
@@ -36,7 +42,8 @@ from typing import Any
 
 import torch
 
-from probes.instruments.phase_split import INTERVAL_PHASES, PendingSplits, StepMarks
+from probes.counters.device_index import device_index
+from probes.instruments.phase_split import INTERVAL_PHASES, EventRing, PendingSplits, StepMarks
 from probes.records import SPLIT_FIELDS
 
 ROW_FIELDS = (*SPLIT_FIELDS, "split_step")  # what PhaseClock.end gives, in this order
@@ -48,12 +55,22 @@ class PhaseClock:
     """Stamps each step's phase boundaries through hooks (see the module docstring)."""
 
     def __init__(self, model: torch.nn.Module, optimizer: Any, device: torch.device, *,
-                 own_forward_hook: bool = True) -> None:
+                 own_forward_hook: bool = True,
+                 events: tuple[EventRing, PendingSplits] | None = None) -> None:
         """``own_forward_hook=False``: the caller's own forward hook calls ``forward_ended``
-        (the Monitor's: one hook call less per forward)."""
+        (the Monitor's: one hook call less per forward). ``events``: the ring and queue of
+        the event clock (CUDA's, made here on a CUDA device; a test passes its own, over
+        events of a small class of its own, to run the event path on CPU)."""
         self.cuda = device.type == "cuda"
-        self._mark: Callable[[], Any] = self._event_mark if self.cuda else time.perf_counter
-        self._pending = PendingSplits() if self.cuda else None
+        self.ring: EventRing | None = None
+        self._pending: PendingSplits | None = None
+        self._mark: Callable[[], Any] = time.perf_counter
+        if events is None and self.cuda:
+            events = cuda_clock(device)
+        if events is not None:
+            self.ring, self._pending = events
+            self._mark = self.ring.mark
+        self.span_ms: float | None = None  # CUDA: the device span of the step end() measured
         self._ddp = type(model).__name__ == "DistributedDataParallel"
         self._marks: StepMarks | None = None  # CUDA: the step's events
         self._step: int | None = None  # the step in scope (None between steps)
@@ -82,12 +99,6 @@ class PhaseClock:
             if register is not None:
                 self._handles.append(register(fn))
 
-    @staticmethod
-    def _event_mark() -> Any:
-        event = torch.cuda.Event(enable_timing=True)
-        event.record()
-        return event
-
     # the step's scope (called by the Monitor) -------------------------------------------------
     def begin(self, step: int, started_s: float) -> None:
         """The step's scope began at ``started_s`` (perf_counter; the host clock's start, so
@@ -95,33 +106,51 @@ class PhaseClock:
         self._step = step
         self._fwd_start = self._fwd_end = self._opt_start = None
         self._queued = False  # a backward that raised never ran its callback
-        if self.cuda:
+        ring = self.ring
+        if ring is not None:
+            if self._marks is not None:  # a step that raised and was not forgotten
+                ring.give_back(ring.take_issued())
+                self._marks, self._left = None, None
             self._start = self._mark()
             self._marks = StepMarks(step, self._start, left_before=self._left)
+            self._left = None  # the step's marks own it now
         else:
             self._start = started_s
             self._sums[:] = (0.0, 0.0, 0.0)
             self._seen[:] = (False, False, False)
 
+    def stop(self) -> None:
+        """CUDA: stamp the step's end now (before the Monitor reads the step's values: a read
+        that syncs then completes the step's events, read at this step's end). CPU: nothing,
+        the host clock's end is the one ``end`` is given."""
+        marks = self._marks
+        if marks is not None and marks.end is None and self._step is not None:
+            marks.end = self._mark()
+
     def end(self, ended_s: float) -> tuple[float | int | None, ...] | None:
-        """The step's ROW_FIELDS values: its phases (CUDA: those of the oldest step whose events
+        """The step's ROW_FIELDS values: its phases (CUDA: those of the newest step whose events
         are done) and ``split_step``, the step they measured; None when there are none yet.
         ``ended_s``: the host clock's end of the step, the one step_ms is measured to, so on CPU
         the parts add up to step_ms exactly. A tuple, not a dict: the Monitor sets them on the
-        row's draft in one statement (issue 28)."""
+        row's draft in one statement (issue 28). On CUDA ``span_ms`` is then the measured
+        step's device time (None when no step's events are done yet)."""
         step, self._step = self._step, None
+        self.span_ms = None
         if step is None:
             return None
-        if self._pending is None:
+        pending = self._pending
+        if pending is None:
             return self._host_split(step, ended_s)
         marks, self._marks = self._marks, None
-        assert marks is not None
-        marks.end = self._mark()
-        self._pending.add(marks)
-        taken = self._pending.take()
+        assert marks is not None and self.ring is not None
+        if marks.end is None:
+            marks.end = self._mark()
+        marks.events = self.ring.take_issued()  # its own and the data wait's start, each once
+        pending.add(marks)
+        taken = pending.take()
         if taken is None:
             return None
-        split_step, fields = taken
+        split_step, fields, self.span_ms = taken
         return (*(fields[name] for name in SPLIT_FIELDS), split_step)
 
     def _host_split(self, step: int, end: float) -> tuple[float | int | None, ...]:
@@ -143,11 +172,17 @@ class PhaseClock:
 
     def left(self) -> None:
         """The step's scope is over (memtop's own work on it included): data wait starts."""
-        self._left = self._mark()
+        self._left = self._mark()  # on the event clock the next step owns it (take_issued)
 
     def forget_left(self) -> None:
-        """Between steps something was not the loop's waiting (a pause): no data wait next."""
+        """Between steps something was not the loop's waiting (a pause), or the step raised:
+        no data wait next; on the event clock what was marked since the last step's end
+        goes back to the ring."""
         self._left = None
+        ring = self.ring
+        if ring is not None:
+            ring.give_back(ring.take_issued())
+            self._marks = None
 
     def close(self) -> None:
         for handle in self._handles:
@@ -191,3 +226,20 @@ class PhaseClock:
         if self._step is not None and start is not None:
             self._opt_start = None
             self._interval(2, start, self._mark())
+
+
+def cuda_clock(device: torch.device) -> tuple[EventRing, PendingSplits]:
+    """The CUDA split's ring of events, recorded on the stream current now on ``device``'s
+    index, and its queue, both through the C methods under torch.cuda.Event's Python ones
+    (record, query, elapsed_time: one Python frame less each; the public methods where a torch
+    lacks them)."""
+    index = device_index(device)
+    stream = torch.cuda.current_stream(index)  # once: the stream the loop's work goes to
+    base = getattr(torch._C, "_CudaEventBase", None)
+    event_cls = torch.cuda.Event
+    record = getattr(base, "record", None) or event_cls.record
+    query = getattr(base, "query", None) or event_cls.query
+    elapsed = getattr(base, "elapsed_time", None) or event_cls.elapsed_time
+    ring = EventRing(lambda: event_cls(enable_timing=True), record, stream)
+    pending = PendingSplits(elapsed, query, release=ring.give_back)
+    return ring, pending

@@ -15,8 +15,8 @@ memtop's steps:
   so ``accumulate_grad_batches`` micro-batches count once, with all their tokens (integer ids
   of B × T in the batch) or samples;
 - the loss is the sum of the (accumulation-normalised) losses Lightning hands to
-  ``on_before_backward``: the step's mean loss, read with the step's other values in one
-  transfer, as any Monitor loop's;
+  ``on_before_backward``: the step's mean loss, read with the step's other values at one
+  wait, as any Monitor loop's;
 - the monitored model is the LightningModule (the root: every submodule, parameter and hook
   is under it); micro-batches are counted from the batches, since Lightning may call the
   module's ``forward`` once, twice (DDP's redirection) or never per batch;

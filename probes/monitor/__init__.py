@@ -30,7 +30,8 @@ _EXPORTS = {
     **dict.fromkeys(("Monitor", "StepScope"), ".monitor"),
     **dict.fromkeys(("BUILTIN_REQUESTS", "RunSession", "driver_label"), ".session"),
     **dict.fromkeys(("default_hooks", "env_rank", "env_world_size"), ".setup"),
-    **dict.fromkeys(("ScalerWatch", "StepValues", "non_finite_error", "read_step_values"),
+    **dict.fromkeys(("ScalerWatch", "StepValueReader", "StepValues", "non_finite_error",
+                     "read_step_values"),
                     ".stepvalues"),
 }
 __all__ = sorted(_EXPORTS)

@@ -36,6 +36,7 @@ import torch
 
 from probes.control.requests import RunControl
 from probes.control.unix_socket import ControlServer
+from probes.counters.device_index import indexed_device
 from probes.counters.nvml import NvmlPoller
 from probes.instruments.hints import HintWatch
 from probes.instruments.hooks import GPTShape, StepHook, StepTensors, overriding
@@ -54,10 +55,10 @@ from probes.monitor.setup import (
 )
 from probes.monitor.stepvalues import (
     ScalerWatch,
+    StepValueReader,
     non_finite_error,
-    read_step_values,
 )
-from probes.records import Event, StepSample, freeze_step
+from probes.records import STEP_CLOCK_CUDA, STEP_CLOCK_HOST, Event, StepSample, freeze_step
 from probes.records.errors import MonitorArgumentError, MonitorStateError
 from probes.runfolder.recorder import Sink
 
@@ -104,8 +105,8 @@ class Monitor:
                  requests: Mapping[str, Callable[[int], object]] | None = None,
                  non_finite: str = "record", memory_history: bool = False,
                  step_split: bool = True) -> None:
-        device = check_args(model, optimizer, scaler, tokens_per_step, samples_per_step, amp,
-                             warmup_steps, max_steps)
+        device = indexed_device(check_args(model, optimizer, scaler, tokens_per_step,
+                                           samples_per_step, amp, warmup_steps, max_steps))
         if non_finite not in ("record", "fail"):
             raise MonitorArgumentError(f"non_finite must be 'record' or 'fail', got "
                                        f"{non_finite!r}")
@@ -138,6 +139,10 @@ class Monitor:
         self._amp = amp or "auto"
         self._boundary_done = 0  # the step whose boundary work is done
         self._scale_watch = ScalerWatch(scaler)
+        self._values = StepValueReader()  # its host slots are made once (stepvalues.py)
+        # CUDA: the allocator is read and the rows' batch published before the step's one wait
+        # (both are host bookkeeping, done by then); CPU keeps its order (the heap counter)
+        self._before_wait = device.type == "cuda"
         self._micro = 0
         self._tracing = False
         self.leak_active = False  # set by a loop that runs memtop's leak demo
@@ -148,6 +153,8 @@ class Monitor:
                                    leak_watch=leak_watch, ledger=ledger, extra=extra_hooks)
         if not any(isinstance(h, HintWatch) for h in self.hooks):
             self.hooks.append(HintWatch())  # the tutorial's pitfalls, each said once
+        # CUDA: the host heap is read at the step's end only for an instrument that watches it
+        self.memory.host_heap = any(getattr(h, "wants_host_heap", False) for h in self.hooks)
         self.profiler = next((h for h in self.hooks if hasattr(h, "open_window")), None)
         self.ctx = session.context(model, optimizer, scaler, self._amp,
                                    warmup_steps=warmup_steps, max_steps=max_steps,
@@ -176,7 +183,9 @@ class Monitor:
         session.start(amp=self._amp, params=sum(p.numel() for p in model.parameters()),
                       tokens_per_step=tokens_per_step, samples_per_step=samples_per_step,
                       flops_per_token=flops_per_token, world_size=env_world_size(),
-                      rank=self.rank, step_split=self.phases is not None)
+                      rank=self.rank, step_split=self.phases is not None,
+                      step_clock=STEP_CLOCK_CUDA if self.phases is not None
+                      and self.phases.ring is not None else STEP_CLOCK_HOST)
         self.guard = MemoryGuard(max_memory_bytes, self.device.type, self.emit,
                                  self.control.stop)
         # a limit already passed stops before step 1; the read is not a step's: no peak from it
@@ -312,17 +321,29 @@ class Monitor:
 
     def _step_ended(self, scope: StepScope) -> None:
         step, v = scope.step, scope._values
-        scale_t = self._scale_watch.scale_tensor()
-        (loss, grad_norm, scale), synced = read_step_values(v.loss, v.grad_norm, scale_t)
+        phases = self.phases
+        if phases is not None:
+            phases.stop()  # CUDA: the step's end event, before the read that may sync on it
+        queued = self._values.queue(v.loss, v.grad_norm, self._scale_watch.scale_tensor())
+        disturbed = self.session.disturbance(step, self._tracing)  # records/disturbed.py
+        early = self._before_wait
+        if early:  # CUDA: host work while the device finishes the step (issue 45)
+            reading = self.memory.read(count_peak=disturbed is None)
+            self.recorder.drain_if_due()  # earlier rows' batch, before the wait, not after
+        (loss, grad_norm, scale), synced = self._values.wait(queued)
         step_s = max(time.perf_counter() - scope._t0, 1e-9)
-        split = self.phases.end(scope._t0 + step_s) if self.phases is not None else None
+        split = phases.end(scope._t0 + step_s) if phases is not None else None
+        if split is not None and phases.span_ms is not None:  # type: ignore[union-attr]
+            # CUDA: the device's time for the step split_step names (this one when the read
+            # synced), not the host's, which runs ahead of the device (issue 45)
+            step_s = max(phases.span_ms / 1000.0, 1e-9)  # type: ignore[union-attr]
         if self.non_finite == "fail" and not self._scale_watch.enabled:
             error = non_finite_error(step, self._amp, loss, grad_norm)
             if error is not None:
                 raise error
         self._scale_watch.update(scale)
-        disturbed = self.session.disturbance(step, self._tracing)  # records/disturbed.py
-        reading = self.memory.read(count_peak=disturbed is None)  # records.counts_toward_peak
+        if not early:  # CPU: the heap read after the step's values (records.counts_toward_peak)
+            reading = self.memory.read(count_peak=disturbed is None)
         if step == self.warmup_steps:
             self.memory.reset_peak()  # set-up and first-step allocations leave the run's peak
         row = self.session.step_draft(
@@ -341,12 +362,14 @@ class Monitor:
         out_bytes = out.numel() * out.element_size() if isinstance(out, torch.Tensor) else None
         # the row and the batched hooks' view of the step (no tensors held: they run late)
         self.recorder.publish_soon(sample, StepTensors(None, None, synced, out_bytes,
-                                                       reading.heap_fresh)
-                                   if self._batched_hooks else None)
+                                                       reading.heap_fresh,
+                                                       reading.host_heap_bytes)
+                                   if self._batched_hooks else None, drain=not early)
         if self._end_hooks:
             tensors = StepTensors(loss=v.loss if isinstance(v.loss, torch.Tensor) else None,
                                   output=out, synced=synced, output_bytes=out_bytes,
-                                  heap_fresh=reading.heap_fresh)
+                                  heap_fresh=reading.heap_fresh,
+                                  host_heap_bytes=reading.host_heap_bytes)
             for hook in self._end_hooks:
                 hook.end_step(step, tensors, sample)
         self.session.step = step

@@ -29,8 +29,8 @@ class StepScope:
     def set(self, *, loss: Any = None, grad_norm: Any = None, output: torch.Tensor | None = None,
             tokens: int | None = None, samples: int | None = None,
             micro_batches: int | None = None) -> None:
-        """Hand over what this step computed. Tensors are read once, after the step, in one
-        transfer (no extra device sync); ``output`` (e.g. logits) only sizes leak hints;
+        """Hand over what this step computed. Tensors are read once, after the step, at one
+        wait for the device (no extra device sync); ``output`` (e.g. logits) only sizes leak hints;
         ``micro_batches`` replaces the count of the model's forward passes (a framework that
         calls the model's forward twice per batch, or not at all, knows its batches)."""
         v = self._values

@@ -37,6 +37,7 @@ from probes import records as R
 from probes.control.requests import Request, RunControl
 from probes.control.unix_socket import ControlServer
 from probes.counters.cudamem import dump_snapshot, failure_artifacts, start_history, stop_history
+from probes.counters.device_index import indexed_device
 from probes.counters.host import cpu_bf16_override, host_ram_bytes
 from probes.counters.memory import MemoryProbe, MemoryReading
 from probes.counters.nvml import NvmlPoller
@@ -94,7 +95,9 @@ class RunSession:
     # set-up, on the run's thread --------------------------------------------------------------
     def open(self, device: torch.device, *, memory_history: bool = False) -> MemoryProbe:
         """The device's counters: a memory probe, and on CUDA the NVML poller (its own thread)
-        and, when asked, the allocator's history (probes/counters/cudamem.py)."""
+        and, when asked, the allocator's history (probes/counters/cudamem.py). A CUDA device
+        without an index is the current one from here on (probes/counters/device_index.py)."""
+        device = indexed_device(device)
         self.device = device
         self._device_text = str(device)  # every step row's "device"
         self.memory = MemoryProbe(device)

@@ -94,10 +94,13 @@ from probes.records.step import (  # noqa: F401
     PREFILL,
     SPLIT_FIELDS,
     SPLIT_LABELS,
+    STEP_CLOCK_CUDA,
+    STEP_CLOCK_HOST,
     STEP_FIELDS,
     StepDraft,
     StepSample,
     freeze_step,
+    step_clock,
     step_row_problem,
 )
 from probes.records.values import (  # noqa: F401
@@ -139,6 +142,9 @@ __all__ = [
     "STEP_FIELDS",
     "StepDraft",
     "freeze_step",
+    "STEP_CLOCK_CUDA",
+    "STEP_CLOCK_HOST",
+    "step_clock",
     "PREFILL",
     "DECODE",
     "PHASES",

@@ -270,7 +270,7 @@ _KINDS = (
               {"device": "str", "device_name": "str", "device_total_bytes": "int", "amp": "str",
                "params": "int", "counters": "str", "driver_counter": "str", "world_size": "int",
                "pid": "int", "tokens_per_step": "int", "samples_per_step": "int",
-               "flops_per_token": "num",
+               "flops_per_token": "num", "step_clock": "str",
                "memory_history": "str", "nvml_match": "str", "mig": "bool",
                "mode": "str", "weights": "str", "kv_formula": "str",
                "kv_bytes_per_token": "int",

@@ -29,8 +29,10 @@ HINTS: tuple[HintKind, ...] = (
              "each skipped step (inf/nan gradients under GradScaler) is a step of data "
              "trained on nothing; a few at the start are normal, many are not"),
     HintKind("no_sync_boundary", "cuda", "step time has no sync boundary",
-             "no CUDA tensor was handed to step.set(), so nothing waits for the device and "
-             "step_ms measures kernel launches, not the work; pass loss= (read once, one sync)"),
+             "no CUDA tensor was handed to step.set() and no step's CUDA events were read (the "
+             "step split off, or the device far behind), so nothing waits for the device and "
+             "step_ms measures kernel launches, not the work; pass loss= (read once, one "
+             "wait) or keep the step split on (its CUDA events time the device)"),
     HintKind("amp_without_tensor_cores", "cuda", "this GPU has no tensor cores for the amp "
              "dtype", "fp16 tensor cores need sm 7.0, bf16 sm 8.0; below that autocast saves "
              "memory but runs no faster than fp32 (bf16 is emulated)"),

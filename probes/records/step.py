@@ -26,7 +26,9 @@ class StepSample:
     time_s: float  # seconds since the run started, at the end of the step
     loss: float | None  # None when the loop did not hand a loss over
     tokens_per_s: float | None  # tokens of this step / its wall time; None when not known
-    step_ms: float  # wall time of the whole step, data to optimizer update
+    # the whole step, data to optimizer update: host wall time (CPU), or on CUDA with the step
+    # split the device's time from CUDA events (of step split_step; see step_clock)
+    step_ms: float
     allocated_bytes: int | None  # CUDA: memory_allocated; CPU: glibc heap in use
     reserved_bytes: int | None  # CUDA: memory_reserved; CPU: bytes malloc holds from the OS
     peak_allocated_bytes: int | None  # since the reset after warmup (CPU: max of sampled values)
@@ -196,6 +198,22 @@ PHASES = (PREFILL, DECODE)  # also the record_function labels in profiler traces
 SPLIT_FIELDS = ("data_wait_ms", "forward_ms", "backward_ms", "optimizer_ms", "other_ms")
 SPLIT_LABELS = {"data_wait_ms": "data wait", "forward_ms": "forward", "backward_ms": "backward",
                 "optimizer_ms": "optimizer", "other_ms": "other"}  # the step split's words
+# which clock a row's step_ms (and tokens/s) is on: run_started's "step_clock" says what the run
+# used (issue 45); on CUDA a row whose events were not done yet (no split_step) is on the host's
+STEP_CLOCK_HOST = "host"  # perf_counter around the step's scope
+STEP_CLOCK_CUDA = "cuda_events"  # CUDA events at the scope's start and end: the device's time
+
+
+def step_clock(sample: StepSample, started: Mapping[str, Any]) -> str:
+    """The clock of ``sample.step_ms``: STEP_CLOCK_CUDA where the run timed steps with CUDA
+    events and this row has a measured step (its split_step), else STEP_CLOCK_HOST (CPU,
+    the split off, a run written before issue 45, the first CUDA rows while the device is
+    behind)."""
+    if started.get("step_clock") == STEP_CLOCK_CUDA and sample.split_step is not None:
+        return STEP_CLOCK_CUDA
+    return STEP_CLOCK_HOST
+
+
 GPU_BUSY_FIELDS = ("gpu_util_pct", "mem_bw_util_pct", "power_w", "power_limit_w",
                    "sm_clock_mhz", "temperature_c")  # NVML's latest poll, recorded per step
 _STEP_FIELDS = _field_specs(StepSample)

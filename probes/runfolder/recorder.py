@@ -88,16 +88,28 @@ class RunRecorder:
         self.publish(event)
         return event
 
-    def publish_soon(self, sample: StepSample, extra: Any = None) -> None:
+    def publish_soon(self, sample: StepSample, extra: Any = None, drain: bool = True) -> None:
         """A step row, published within DRAIN_EVERY_S by this same thread, in order, and then
         ``on_row(sample, extra)``. An event published meanwhile by this thread, ``flush()``,
-        ``drain()`` and ``close()`` publish the waiting rows first; ``seal()`` writes them."""
+        ``drain()`` and ``close()`` publish the waiting rows first; ``seal()`` writes them.
+        ``drain=False``: the caller drains at its next ``drain_if_due`` (a CUDA Monitor, before
+        its next step's wait)."""
         if self._soon_thread is None:
             self._soon_thread = threading.get_ident()
         soon = self._soon
         soon.append((sample, extra))
-        if len(soon) >= MAX_SOON_ROWS or \
-                time.perf_counter() - self._drained_at >= DRAIN_EVERY_S:
+        if drain and (len(soon) >= MAX_SOON_ROWS
+                      or time.perf_counter() - self._drained_at >= DRAIN_EVERY_S):
+            self.drain()
+
+    def drain_if_due(self) -> None:
+        """Publish the waiting rows now if publish_soon would at its next call (8 rows, or
+        DRAIN_EVERY_S since the last batch): a CUDA loop's Monitor calls it before the step's
+        one wait, so the batch's work overlaps the device's instead of following the sync
+        (issue 45); the row handed over after the wait then waits for the next batch."""
+        soon = self._soon
+        if soon and (len(soon) >= MAX_SOON_ROWS - 1
+                     or time.perf_counter() - self._drained_at >= DRAIN_EVERY_S):
             self.drain()
 
     @property

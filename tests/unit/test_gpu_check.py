@@ -178,3 +178,83 @@ def test_split_problems_on_stand_in_rows():
     assert split.split_problems(late) == ["step 6: split of step 1", "step 7: no split"]
     blind = [dict(step=5, split_step=5, **dict(phases, backward_ms=None))]
     assert split.split_problems(blind) == ["step 5: backward_ms None"]
+
+
+@pytest.mark.slow  # 2 × 40 fp16 steps of the small CPU model (fp16 autocast is slow on CPU)
+def test_the_scaler_claim_reads_its_truth_at_each_steps_end_not_in_a_batch(tmp_path,
+                                                                          monkeypatch):
+    """issue 45: the H200 run found the weights untouched on ~29 of 40 steps and memtop's scale
+    unequal to the scaler's, where memtop counted the 2 injected inf steps: the claim read its
+    truth in a sink, which gets rows in batches (up to 8 steps after their step). Reproduced on
+    CPU with torch.amp.GradScaler("cpu") and the rows held back as on a fast GPU step (a
+    batch every 8 rows): the sink's way fails, the claim's instrument (end_step) passes."""
+    from probes.runfolder import recorder
+
+    monkeypatch.setattr(recorder, "DRAIN_EVERY_S", 3600.0)  # batches of MAX_SOON_ROWS rows
+    ctx = _ctx(tmp_path, budget_s=600)
+    out = probes_claims.scale_and_skipped_steps(ctx)
+    assert out.status == "PASS", out.detail
+    data = probes_claims.probe_run(ctx, "fp16")
+    assert [r["step"] for r in data["rows"]] == list(range(1, probes_claims.PROBE_STEPS + 1))
+
+    class SinkTruth(probes_claims.GroundTruth):  # the first run's way: the truth in a sink
+        def end_step(self, step, tensors, record):
+            pass
+
+        def sink(self, record):
+            from probes.records import StepSample
+
+            if isinstance(record, StepSample):
+                probes_claims.GroundTruth.end_step(self, record.step, None, record)
+
+    late = SinkTruth(False)
+    ctx.train("late", ctx.config(amp="fp16", steps=16), sinks=[late.sink],
+              hooks=[late, probes_claims.InfGrad({5})])
+    untouched = [r["step"] for r in late.rows if r["truth_skipped"]]
+    assert len(untouched) > 4  # most rows of each batch: no step between their reads
+
+
+def test_claims_leave_no_run_of_theirs_alive(tmp_path):
+    """runs_free_their_memory on the H200 (issue 45): the culprit claim left the example's
+    kept logits (its module-level list outlived the run: 1.5 MiB) and the dashboard claim its
+    trainer's model (an app built with freeze_gc=False still froze the gc in its trainer,
+    so the run's cycles were never collected: 6.4 MiB)."""
+    from trainer.config import TrainConfig
+    from tui.app import MemtopApp
+
+    culprits = import_benchmark("gpu_claims_culprits")
+    ctx = _ctx(tmp_path)
+    data = culprits.culprit_run(ctx, "logits", steps=12)
+    assert data["alerts"] or data["culprits"] or data["run_dir"]
+    assert culprits.leaky_loops.kept_outputs == []  # released after the run
+
+    cfg = TrainConfig(**dict(TINY, steps=0, run_dir=str(tmp_path)))
+    for freeze in (False, True):
+        run_dir = tmp_path / f"app-{freeze}"
+        run_dir.mkdir()
+        app = MemtopApp.for_run(cfg, run_dir, autostart=False, freeze_gc=freeze)
+        assert app.ending.trainer.freeze_gc is freeze and app.freeze_gc is freeze
+
+
+def test_syncs_are_counted_from_the_live_list_as_each_step_begins():
+    """one_sync_per_step measured 0 on the H200 (issue 45): the counter marked each step with
+    the length of a list filled only when the run ended. Stand-in warnings (written here) arrive
+    in the live list as a run's would; each step's count is what arrived since it began."""
+    import types
+    import warnings
+
+    def warning(text):
+        return types.SimpleNamespace(message=UserWarning(text))
+
+    live: list = []
+    counter = profiler_claims.SyncCounter(live)
+    sync = "called a synchronizing CUDA operation"
+    arrivals = {1: [sync, "an unrelated warning"], 2: [sync], 3: [], 4: [sync, sync]}
+    for step in range(1, 6):
+        counter.marks[step] = counter.syncs_so_far()  # what step_context does
+        live.extend(warning(t) for t in arrivals.get(step, []))
+    assert profiler_claims.per_step_counts(counter.marks) == {1: 1, 2: 1, 3: 0, 4: 2}
+    with warnings.catch_warnings(record=True) as caught:  # sync_warnings' list is the live one
+        warnings.simplefilter("always")
+        warnings.warn(sync, stacklevel=1)
+    assert sum(map(profiler_claims.is_sync_warning, caught)) == 1

@@ -41,6 +41,8 @@ def test_cuda_hints_from_recorded_samples():
                           synced=False, warmup=5))
     assert set(got) == {"no_sync_boundary"}
     assert step_hints(dataclasses.replace(CUDA_SAMPLE, step=3), synced=False, warmup=5) == []
+    timed = dataclasses.replace(CUDA_SAMPLE, reserved_bytes=410 * MiB, split_step=6)
+    assert step_hints(timed, synced=False, warmup=5) == []  # the device's time: no pitfall
     cpu = dataclasses.replace(CUDA_SAMPLE, device="cpu")
     assert step_hints(cpu, synced=False, warmup=5) == []  # no CUDA hint on CPU
 

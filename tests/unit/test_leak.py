@@ -354,26 +354,45 @@ def test_headless_prints_the_alert_and_the_clear(tiny_config, leak):
         assert "host_heap grows" in text and "loss.item()" in text
 
 
-def test_on_cuda_the_host_heap_is_read_every_kth_step_only(tmp_path):
-    """issue 28: the device series every step, the host heap (a mallinfo2 walk) every
-    ``host_heap_every`` steps; the steps between are neither points nor gaps."""
+def test_on_cuda_the_host_heap_is_watched_at_the_probes_budgeted_rate(tmp_path):
+    """issue 45: a CUDA run watches the host heap too, from the reading the memory probe took
+    at the step's end (its budgeted rate: probes/counters/memory.py); the steps it skipped are
+    neither points nor gaps, and a graph leak's ~150 KiB/step of heap read every step alerts
+    within 10 steps of its start, device memory flat."""
     import torch
 
     from probes.instruments.hooks import StepTensors
 
-    watch = LeakWatch(host_heap_every=10)
+    events: list[Event] = []
+    watch = LeakWatch()
     watch.setup(run_context(tmp_path, device=torch.device("cuda", 0), amp="fp16",
-                            emit=lambda e: None, device_total_bytes=80 * 1024 * MIB,
+                            emit=events.append, device_total_bytes=80 * 1024 * MIB,
                             warmup_steps=0))
-    tensors = StepTensors(loss=None, output=None)
+    assert set(watch.detectors) == {"device_allocated", "host_heap"}
     for step in range(1, 46):
-        watch.end_step(step, tensors, make_sample(step, step_ms=5.0, allocated_bytes=MIB,
-                                                  device="cuda:0", time_s=0.005 * step))
+        heap = 300 * MIB + (step % 3) * 1024 if step % 4 == 0 else None  # every 4th step read
+        watch.end_step(step, StepTensors(loss=None, output=None, host_heap_bytes=heap),
+                       make_sample(step, step_ms=5.0, allocated_bytes=MIB, device="cuda:0",
+                                   time_s=0.005 * step))
     host, device = watch.detectors["host_heap"], watch.detectors["device_allocated"]
     assert device._seen == 45
-    assert host._seen == 4 and [s for s, _v in host._points] == [10, 20, 30, 40]
-    with pytest.raises(ValueError, match="host_heap_every"):
-        LeakWatch(host_heap_every=0)
+    assert host._seen == 11 and [s for s, _v in host._points][:3] == [4, 8, 12]
+    assert not events
+
+    events.clear()
+    watch = LeakWatch()
+    watch.setup(run_context(tmp_path, device=torch.device("cuda", 0), amp="fp16",
+                            emit=events.append, device_total_bytes=80 * 1024 * MIB,
+                            warmup_steps=0))
+    leak_from = 30
+    for step in range(1, 60):
+        heap = 300 * MIB + (step % 3) * 2048 + max(0, step - leak_from) * 150 * 1024
+        watch.end_step(step, StepTensors(loss=None, output=None, host_heap_bytes=heap),
+                       make_sample(step, step_ms=5.0, allocated_bytes=MIB + 512 * (step % 2),
+                                   device="cuda:0", time_s=0.005 * step))
+    alerts = [e for e in events if e.event == "leak_suspected"]
+    assert alerts and alerts[0].data["counter"] == "host_heap"
+    assert alerts[0].step - leak_from <= 10
 
 
 def test_on_cpu_rows_that_repeat_a_spread_heap_read_are_no_points(tmp_path):

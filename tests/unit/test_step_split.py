@@ -201,9 +201,10 @@ def test_pending_cuda_steps_are_read_once_done_and_never_waited_on():
     queue = PendingSplits(elapsed_ms=_host, ready=lambda mark: mark in done)
     queue.add(_marks(1))
     assert queue.take() is None  # still running: no wait, no row split
-    done.update({0.5, 1.0, 2.0})
-    step, fields = queue.take()
+    done.update({2.0})  # the end: the step's earlier marks are done too (stream order)
+    step, fields, span = queue.take()
     assert step == 1 and fields["data_wait_ms"] == pytest.approx(500.0)
+    assert span == pytest.approx(1000.0)  # start to end: the row's step_ms on CUDA
     for step in range(MAX_PENDING + 2):
         queue.add(StepMarks(step, start=10.0 + step))
     assert len(queue.queue) == MAX_PENDING and queue.dropped == 2

@@ -12,6 +12,7 @@ from probes.analysis.report.context import (
     is_gpt_config,
     warmup_steps,
 )
+from probes.records import STEP_CLOCK_CUDA
 from probes.records.values import finite_num
 from probes.tools.tables import markdown_table
 from probes.tools.units import format_bytes
@@ -19,13 +20,23 @@ from probes.tools.units import format_bytes
 CPU_SYNC_RULE = ("none needed: on CPU every op has finished when it returns, so the step's wall "
                  "time is its work; the loss, gradient norm and scale are read once at the "
                  "step's end (probes/monitor/stepvalues.py)")
-SYNC_RULE = ("one blocking device-to-host transfer per step, after the optimizer step: loss, "
-             "gradient norm and GradScaler scale stacked and read together "
-             "(probes/monitor/stepvalues.py);"
+SYNC_RULE = ("one wait for the device per step, after the optimizer step: loss, gradient norm "
+             "and GradScaler scale copied into pinned host slots and read together after one "
+             "stream synchronize (probes/monitor/stepvalues.py);"
              " memtop's trainer uses fused AdamW on CUDA, so GradScaler.step passes found-inf to "
              "the kernel instead of reading it (a non-fused optimizer adds that .item()); the "
              "allocator counters and NVML are host reads; no explicit synchronize")
 TIMING = "wall clock per step, batch fetch to optimizer update (time.perf_counter)"
+CUDA_TIMING = ("device clock per step, batch fetch to optimizer update: CUDA events at the "
+               "step's start and end (the step split's), read once done, never synchronised; "
+               "a row whose step's events were not done yet is on the host's wall clock "
+               "(run_started step_clock; probes/instruments/phases.py)")
+
+
+def timing_rule(started: Any) -> str:
+    """Which clock the run's step times are on (run_started's step_clock, issue 45)."""
+    clock = started.get("step_clock") if hasattr(started, "get") else None
+    return CUDA_TIMING if clock == STEP_CLOCK_CUDA else TIMING
 
 
 def sync_rule(device: Any) -> str:
@@ -81,7 +92,7 @@ def build(ctx: ReportContext) -> dict[str, Any]:
         "measurement": {
             "steps": len(ctx.steps), "steps_planned": config.get("steps"),
             "sync_rule": sync_rule(started.get("device") or config.get("resolved_device")),
-            "timing": TIMING,
+            "timing": timing_rule(started),
             "counters": started.get("counters"), "driver_counter": started.get("driver_counter"),
             "seed": config.get("seed"),
         },
