@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import threading
 import time
 import traceback
@@ -150,6 +151,7 @@ class RunSession:
             "mig": nvml.is_mig if nvml and nvml.available else None,
             "cpu_bf16_override": cpu_bf16_override() if device.type == "cpu" else None,
             **self.run_started_extra, **fields, "pid": os.getpid(),
+            "host": socket.gethostname(),  # the metrics exporter's host label (probes/export)
             "socket": server.path.name if server and not server.error else None,
             "socket_error": server.error if server else "not listening",
             "requests": self.capabilities(), "system": system_info(device)})
