@@ -35,6 +35,7 @@ class RankFile:
         self.state = RunState()
         self.bad_before = 0  # unreadable lines read_history saw when the file was opened
         self._answered: tuple[float, bool] | None = None  # (when, the ping's answer)
+        self.mtime = 0.0  # when the file last changed, as last seen (seconds since the epoch)
         size = os.stat(self.path).st_size  # OSError: gone already (the caller skips it)
         if size <= FULL_READ_BYTES:
             self.follower = Follower(self.path)
@@ -49,6 +50,8 @@ class RankFile:
         """Fold the rows appended since the last poll; how many there were."""
         rows = self.follower.poll()
         self._apply(rows)
+        with contextlib.suppress(OSError):  # gone: the last time seen stays
+            self.mtime = os.stat(self.path).st_mtime
         return len(rows)
 
     def _apply(self, rows: list[dict[str, Any]]) -> None:
@@ -109,12 +112,9 @@ class FollowedRun:
         return not self.run_dir.is_dir()
 
     def last_write(self) -> float:
-        """When a metrics file of the run last changed (seconds since the epoch); 0 if none."""
-        times = [0.0]
-        for rank_file in self.ranks.values():
-            with contextlib.suppress(OSError):
-                times.append(os.stat(rank_file.path).st_mtime)
-        return max(times)
+        """When a metrics file of the run last changed, as last seen (seconds since the
+        epoch; a file deleted since keeps its time); 0 if none."""
+        return max([0.0, *(rank_file.mtime for rank_file in self.ranks.values())])
 
     def series(self, host: str, host_label: str | None = None, only_host: str | None = None,
                now: float | None = None) -> list[RankSeries]:
