@@ -104,3 +104,11 @@ def help_text(spec_cuda: str, spec_cpu: str, kinds: set[str]) -> str:
 
 def device_kind(device: str) -> str:
     return "cuda" if str(device).startswith("cuda") else "cpu"
+
+
+# every sample name an endpoint can serve (a dashboard or rule may name no other)
+EXPORTED: tuple[str, ...] = (
+    *(m.name + ("_total" if m.kind == "counter" else "") for m in STEP_METRICS),
+    "memtop_phase_seconds", "memtop_leak_alert", "memtop_leak_bytes_per_step",
+    "memtop_seconds_to_full", "memtop_run_info", "memtop_run_state",
+    "memtop_unreadable_rows_total")
