@@ -316,6 +316,13 @@ def test_the_endpoint_serves_only_metrics_in_both_formats(tmp_path):
             assert get(base + path)[0] == 404, path
         assert get(endpoint.url, method="POST")[0] == 405
         port = endpoint.port
+    live = open_run(tmp_path / "live")
+    append(live, make_sample(1))
+    with MetricsEndpoint(0).serve(FolderCollector([live])) as endpoint:
+        assert value(samples(get(endpoint.url)[2]), "memtop_steps_total") == 1
+        append(live, make_sample(2))  # a rendering is reused for 50 ms, never longer
+        wait_until(lambda: value(samples(get(endpoint.url)[2]), "memtop_steps_total") == 2,
+                   "the next row in the scrape", timeout_s=10)
     probe = socket.socket()
     probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as a server binds
     probe.bind(("127.0.0.1", port))  # closed: the port is free again
