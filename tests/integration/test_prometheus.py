@@ -35,7 +35,8 @@ RULES = ROOT / "deploy" / "prometheus" / "memtop-rules.yml"
 DASHBOARD = ROOT / "deploy" / "grafana" / "memtop.json"
 DEADLINE_S = 90.0
 
-pytestmark = pytest.mark.xdist_group("prometheus")  # one worker: one cluster for the module
+# one worker, one cluster for the module; slow: a real training process and Prometheus (~10 s)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("prometheus")]
 
 
 def prometheus_binary() -> str:
@@ -174,9 +175,10 @@ def two_nodes(tmp_path_factory):
         prom = Prometheus(tmp, [e.target for e in exporters])
         run = wait_until(lambda: (find_runs(a) or [None])[0], "the live run's folder",
                          DEADLINE_S, poll_s=0.1)
-        yield prom, run, finished
+        yield prom, run, finished, train
     finally:
-        train.send_signal(signal.SIGINT)
+        if train.poll() is None:
+            train.send_signal(signal.SIGINT)
         try:
             train.wait(60)
         except subprocess.TimeoutExpired:
@@ -188,7 +190,7 @@ def two_nodes(tmp_path_factory):
 
 
 def test_prometheus_returns_the_live_runs_rows_at_the_scraped_step(two_nodes):
-    prom, run, _ = two_nodes
+    prom, run, _, _ = two_nodes
     prom.wait(f'memtop_steps_total{{host="node-a", run="{run.name}"}} >= 5',
               "Prometheus to scrape the live run's fifth step")
     at = time.time()  # one instant: every series from the same scrape
@@ -205,7 +207,7 @@ def test_prometheus_returns_the_live_runs_rows_at_the_scraped_step(two_nodes):
 
 
 def test_sum_by_host_sees_both_nodes(two_nodes):
-    prom, run, finished = two_nodes
+    prom, run, finished, _ = two_nodes
     result = prom.wait("sum by (host) (memtop_steps_total)", "both nodes' series",
                        lambda res: {r["metric"].get("host") for r in res} == {"node-a", "node-b"})
     assert value(result, host="node-b") == read_rows(finished / METRICS).steps[-1]["step"] == 60
@@ -218,7 +220,7 @@ def test_the_leak_demo_makes_the_leak_rule_true(two_nodes):
     """memtop's leak rule (deploy/prometheus/memtop-rules.yml), evaluated by Prometheus: its
     expression turns true (the alert is pending: it fires after its minute) on the node whose
     run leaks, once the run folder holds the leak watch's alert, and never on the other."""
-    prom, run, _ = two_nodes
+    prom, run, _, _ = two_nodes
     alerts = prom.wait('ALERTS{alertname="MemtopLeakAlertOpen"}', "the leak rule to turn true")
     assert {a["metric"]["host"] for a in alerts} == {"node-a"}
     assert alerts[0]["metric"]["alertstate"] in ("pending", "firing")
@@ -228,7 +230,7 @@ def test_the_leak_demo_makes_the_leak_rule_true(two_nodes):
 
 
 def test_every_dashboard_query_runs_and_the_main_panels_have_data(two_nodes):
-    prom, run, _ = two_nodes
+    prom, run, _, _ = two_nodes
     prom.wait(f'memtop_phase_seconds{{run="{run.name}"}}', "the step split's series")
     dash = json.loads(DASHBOARD.read_text())
     for panel in dash["panels"]:
@@ -242,7 +244,18 @@ def test_every_dashboard_query_runs_and_the_main_panels_have_data(two_nodes):
                 assert result, (panel["title"], expr)
 
 
-@pytest.mark.slow
+def test_a_killed_run_turns_interrupted(two_nodes):
+    """kill -9: no run_finished, and its socket no longer answers: Prometheus sees the state
+    turn from running to interrupted (the run-outcome rule of `memtop runs`)."""
+    prom, run, _, train = two_nodes
+    prom.wait(f'memtop_run_state{{run="{run.name}", state="running"}} == 1', "a running run")
+    train.send_signal(signal.SIGKILL)
+    train.wait(30)
+    prom.wait(f'memtop_run_state{{run="{run.name}", state="interrupted"}} == 1',
+              "the killed run to turn interrupted")
+    assert not any(e["event"] == R.RUN_FINISHED for e in read_rows(run / METRICS).events)
+
+
 def test_nproc_2_serves_both_ranks_from_one_endpoint(tmp_path):
     prometheus_binary()
     port = free_port()
@@ -274,7 +287,6 @@ def test_nproc_2_serves_both_ranks_from_one_endpoint(tmp_path):
     assert "Prometheus metrics of every rank" in out
 
 
-@pytest.mark.slow
 def test_the_hf_callback_serves_its_run_to_prometheus(tmp_path):
     """MemtopCallback(metrics_port=P) inside the real HF Trainer: at step 5 the training waits
     until Prometheus has scraped a step, and that scrape's values are the run folder's."""
