@@ -363,6 +363,10 @@ def test_bad_input_is_one_line_and_exit_2_nothing_served(tmp_path):
             assert done.returncode == 2, (words, done.stdout, done.stderr)
             assert words in done.stderr and len(done.stderr.strip().splitlines()) == 1, words
             assert "serving" not in done.stdout and "Traceback" not in done.stderr
+        done = run_cli("train", "--headless", "--metrics-port", str(port), "--run-dir",
+                       str(tmp_path / "train"), timeout=60)
+        assert done.returncode == 2 and "already in use" in done.stderr, done.stderr
+        assert not (tmp_path / "train").exists()  # refused before any run folder
         done = run_cli("metrics", str(tmp_path / "nope"), "--port", "0", timeout=60)
         assert done.returncode == 2 and "does not exist" in done.stderr
         assert len(done.stderr.strip().splitlines()) == 1
