@@ -59,7 +59,7 @@ SWEEP_ARGS = ("--device", "cpu", "--dim", "32", "--layers", "1", "--heads", "2",
 
 # the packages that never import torch (pyproject.toml's import contracts, docs/ARCHITECTURE.md)
 TORCH_FREE = ("probes.tools", "probes.records", "probes.runfolder", "probes.control",
-              "probes.traces", "probes.analysis")
+              "probes.traces", "probes.analysis", "probes.export")
 
 
 # --- processes -----------------------------------------------------------------------------------

@@ -173,6 +173,8 @@ class TrainConfig:
     port: int = 0  # rendezvous port for --nproc > 1; 0 = a free one (torchrun --standalone)
     save_weights: bool = True  # weights.pt in the run folder at the end (memtop infer reads it)
     baseline: str | None = None  # a run folder to compare with: live deltas, report section
+    metrics_port: int | None = None  # serve /metrics for Prometheus (probes/export); 0 = free
+    metrics_bind: str = "127.0.0.1"  # its address; /metrics has no authentication
 
     def __post_init__(self) -> None:
         positive = ("batch_size", "seq_len", "block_size", "layers", "heads", "dim",
@@ -231,6 +233,12 @@ class TrainConfig:
             raise ValueError(f"--nproc must be a positive integer, got {self.nproc}")
         if not isinstance(self.port, int) or not 0 <= self.port <= 65535:
             raise ValueError(f"--port must be between 0 and 65535, got {self.port}")
+        if self.metrics_port is not None and (not isinstance(self.metrics_port, int)
+                                              or not 0 <= self.metrics_port <= 65535):
+            raise ValueError(f"--metrics-port must be between 0 and 65535 (0: a free one), "
+                             f"got {self.metrics_port}")
+        if not isinstance(self.metrics_bind, str) or not self.metrics_bind.strip():
+            raise ValueError("--metrics-bind must be an address, such as 127.0.0.1")
         if self.nproc > 1 and self.device.strip().lower().startswith("cuda:"):
             raise ValueError(f"--device {self.device} names one GPU, but --nproc {self.nproc} "
                              "runs one rank per GPU; use --device cuda (or auto)")

@@ -72,7 +72,9 @@ def torchrun_command(config: TrainConfig, run_dir: Path) -> list[str]:
         cmd += ["--standalone"]
     cmd += ["--nproc-per-node", str(config.nproc), "--max-restarts", "0",
             "-m", "trainer.rank", "--run-folder", str(run_dir),
-            "--config", json.dumps(config.to_json())]
+            # this process serves every rank's /metrics (memtop train --metrics-port): not
+            # the ranks, whose local rank 0 would take the same port
+            "--config", json.dumps({**config.to_json(), "metrics_port": None})]
     return cmd
 
 

@@ -145,6 +145,7 @@ class Trainer(BackgroundRun):
                                      gpt.block_size, gpt.vocab_size),
                 config=cfg.to_json(),
                 non_finite="fail", memory_history=cfg.memory_history,
+                metrics_port=cfg.metrics_port, metrics_bind=cfg.metrics_bind,
                 requests={"leak_start": lambda step: self._leak(step, start=True),
                           "leak_stop": lambda step: self._leak(step, start=False)})
             self.monitor = mon

@@ -123,11 +123,14 @@ def watch_interval(pid: int, metrics: Path, skip: int, steps: int, done,
 
 
 def run_headless(steps: int, skip: int, timeout_s: float, gc_log: str | None = None,
-                 on_start=None) -> dict:
+                 on_start=None, extra: tuple[str, ...] = (), root: Path | None = None) -> dict:
+    """One headless run: ``extra`` options for `memtop train`, ``root`` its --run-dir (a
+    fresh temporary folder by default)."""
     with tempfile.TemporaryDirectory(prefix="memtop-ovh-") as tmp:
-        root = Path(tmp)
+        root = Path(tmp) if root is None else root
         proc = subprocess.Popen(memtop_argv("--headless", "--steps", str(steps), "--run-dir",
-                                            str(root), "--log-every", "1000000", gc_log=gc_log),
+                                            str(root), "--log-every", "1000000", *extra,
+                                            gc_log=gc_log),
                                 cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         metrics = run_folder(root) / "metrics.jsonl"
         cpu = watch_interval(proc.pid, metrics, skip, steps, lambda: proc.poll() is not None or

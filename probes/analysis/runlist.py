@@ -82,7 +82,8 @@ def _report_gaps(run_dir: Path) -> str | None:
     return "the report calls the run incomplete"
 
 
-def _live(run_dir: Path, rank: int | None) -> bool:
+def socket_answers(run_dir: Path, rank: int | None) -> bool:
+    """Whether the run's (rank's) request socket answers a ping: the run is alive."""
     try:
         answer = send_request(run_dir / socket_name(rank), {"request": "ping"}, timeout_s=0.5)
     except NotLive:
@@ -91,14 +92,17 @@ def _live(run_dir: Path, rank: int | None) -> bool:
 
 
 def run_outcome(state: RunState, run_dir: Path, rank: int | None = None,
-                ping: bool = True) -> str:
+                ping: bool = True, answered: bool | None = None) -> str:
     """The run's outcome as its rows and its socket tell it: rows without run_finished are a
     live run only while its socket answers a ping ("paused" while it waits for a resume), else
     an interrupted one (killed, or its machine went down); "empty" when there are no rows yet
-    and nobody answers."""
+    and nobody answers. ``answered``: the ping's answer where the caller already has it (the
+    metrics exporter pings every few seconds, not at every scrape)."""
     outcome = state.outcome if state.records else "empty"
     if outcome in ("live", "empty") and not state.finished:
-        if ping and _live(run_dir, rank):
+        if answered is None:
+            answered = ping and socket_answers(run_dir, rank)
+        if answered:
             return "paused" if state.state == "paused" else "live"
         if outcome == "live":
             return "interrupted"  # no run_finished and nobody answers

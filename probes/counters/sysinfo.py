@@ -31,6 +31,7 @@ def system_info(device: Any = None) -> dict[str, Any]:
         if dev is not None and dev.type == "cuda" and torch.cuda.is_available():
             props = torch.cuda.get_device_properties(dev)
             info["gpu_name"] = props.name
+            info["gpu_uuid"] = gpu_uuid(props)
             info["gpu_memory_bytes"] = int(props.total_memory)
             info["gpu_capability"] = f"{props.major}.{props.minor}"
             info["gpu_count"] = torch.cuda.device_count()
@@ -38,3 +39,14 @@ def system_info(device: Any = None) -> dict[str, Any]:
         info["torch_error"] = f"{type(exc).__name__}: {exc}"
     info["source"] = "run start"
     return info
+
+
+def gpu_uuid(props: Any) -> str | None:
+    """NVIDIA's id of the device as NVML and nvidia-smi write it ("GPU-" and the UUID): the
+    label dcgm-exporter and nvitop-exporter put on their series, so a query can join memtop's
+    to theirs (probes/export). torch gives the bare UUID (``props.uuid``); None without one."""
+    uuid = getattr(props, "uuid", None)
+    if uuid is None:
+        return None
+    text = str(uuid)
+    return text if text.startswith(("GPU-", "MIG-")) else f"GPU-{text}"

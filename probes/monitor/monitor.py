@@ -52,6 +52,7 @@ from probes.monitor.setup import (
     env_rank,
     env_world_size,
     make_folder,
+    metrics_endpoint,
 )
 from probes.monitor.stepvalues import (
     ScalerWatch,
@@ -85,7 +86,10 @@ class Monitor:
     default, probes/counters/cudamem.py); ``step_split`` (data wait, forward, backward,
     optimizer in every row: probes/instruments/phases.py); ``session`` (a RunSession not
     opened yet, built by a writer that needs its recorder before the loop starts, as memtop's
-    trainer does; its run folder, rank, config and control are then the session's).
+    trainer does; its run folder, rank, config and control are then the session's);
+    ``metrics_port`` (serve /metrics for Prometheus on ``metrics_bind``, 127.0.0.1 by
+    default, from a thread of its own: probes/export; under torchrun only local rank 0 serves,
+    every rank of its machine; 0 picks a free port, ``metrics_url`` says which).
     """
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, *,
@@ -104,7 +108,8 @@ class Monitor:
                  extra_hooks: Iterable[StepHook] = (), rank: int | None = None,
                  requests: Mapping[str, Callable[[int], object]] | None = None,
                  non_finite: str = "record", memory_history: bool = False,
-                 step_split: bool = True) -> None:
+                 step_split: bool = True, metrics_port: int | None = None,
+                 metrics_bind: str = "127.0.0.1") -> None:
         device = indexed_device(check_args(model, optimizer, scaler, tokens_per_step,
                                            samples_per_step, amp, warmup_steps, max_steps))
         if non_finite not in ("record", "fail"):
@@ -120,15 +125,21 @@ class Monitor:
         self.warmup_steps, self.max_steps = warmup_steps, max_steps
         self.max_memory_bytes = max_memory_bytes
         self.write_report_at_close = write_report
+        endpoint = metrics_endpoint(metrics_port, metrics_bind)  # bound before any folder
         if session is None:
             cfg = dict(config or {})
             cfg.setdefault("monitor", {"warmup_steps": warmup_steps, "max_steps": max_steps,
                                        "tokens_per_step": tokens_per_step,
                                        "samples_per_step": samples_per_step,
                                        "model": type(model).__name__})
-            session = RunSession(make_folder(run_dir, run_folder),
-                                 rank=rank if rank is not None else env_rank(), sinks=sinks,
-                                 config=cfg, control=control)
+            try:
+                session = RunSession(make_folder(run_dir, run_folder),
+                                     rank=rank if rank is not None else env_rank(),
+                                     sinks=sinks, config=cfg, control=control)
+            except BaseException:
+                if endpoint is not None:
+                    endpoint.close()
+                raise
         else:
             session.recorder.sinks.extend(sinks)
         self.session = session
@@ -180,12 +191,16 @@ class Monitor:
             session.listen()
         if warmup_steps == 0:
             self.memory.reset_peak()  # no warmup: the peak starts with the first step
+        if endpoint is not None:
+            session.run_started_extra["metrics_url"] = endpoint.url
         session.start(amp=self._amp, params=sum(p.numel() for p in model.parameters()),
                       tokens_per_step=tokens_per_step, samples_per_step=samples_per_step,
                       flops_per_token=flops_per_token, world_size=env_world_size(),
                       rank=self.rank, step_split=self.phases is not None,
                       step_clock=STEP_CLOCK_CUDA if self.phases is not None
                       and self.phases.ring is not None else STEP_CLOCK_HOST)
+        if endpoint is not None:  # after run_started: the first scrape has the run's facts
+            session.serve_metrics(endpoint, env_world_size())
         self.guard = MemoryGuard(max_memory_bytes, self.device.type, self.emit,
                                  self.control.stop)
         # a limit already passed stops before step 1; the read is not a step's: no peak from it
@@ -234,6 +249,11 @@ class Monitor:
         """The run's state as its records tell it (probes/runfolder/state.py; RunSession.state
         says how current)."""
         return self.session.state
+
+    @property
+    def metrics_url(self) -> str | None:
+        """Where Prometheus scrapes this run (``metrics_port``); None when not served here."""
+        return self.session.metrics.url if self.session.metrics is not None else None
 
     @property
     def server(self) -> ControlServer | None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import threading
 import time
 import traceback
@@ -83,6 +84,7 @@ class RunSession:
         # fields a writer that hands its session to a Monitor adds to run_started (amp_reason)
         self.run_started_extra: dict[str, Any] = {}
         self._handlers: dict[str, Callable[[int], object]] = {}
+        self.metrics: Any = None  # the /metrics endpoint (probes/export), when one is served
 
     @property
     def state(self) -> RunState:
@@ -153,9 +155,23 @@ class RunSession:
             "mig": nvml.is_mig if nvml and nvml.available else None,
             "cpu_bf16_override": cpu_bf16_override() if device.type == "cpu" else None,
             **self.run_started_extra, **fields, "pid": os.getpid(),
+            "host": socket.gethostname(),  # the metrics exporter's host label (probes/export)
             "socket": server.path.name if server and not server.error else None,
             "socket_error": server.error if server else "not listening",
             "requests": self.capabilities(), "system": system_info(device)})
+
+    def serve_metrics(self, endpoint: Any, world_size: int = 1) -> None:
+        """Answer Prometheus on ``endpoint`` (a bound probes.export.MetricsEndpoint) from its
+        own thread: a lone process from the state its recorder already folds (nothing on the
+        step path), local rank 0 of several from the run folder's files of this machine's
+        ranks (one endpoint per node; prometheus_client's multiprocess mode is not used)."""
+        import socket as sockets
+
+        from probes.export import FolderCollector, RecorderCollector
+
+        collector = RecorderCollector(self.recorder) if world_size <= 1 else \
+            FolderCollector([self.run_dir], only_host=sockets.gethostname())
+        self.metrics = endpoint.serve(collector)
 
     # the run ----------------------------------------------------------------------------------
     def emit(self, name: str, step: int | None = None, data: dict[str, Any] | None = None) \
@@ -315,6 +331,8 @@ class RunSession:
             self.emit(R.RUN_FINISHED, self.step, data)
         if self.server is not None:
             self.server.close()
+        if self.metrics is not None:
+            self.metrics.close()
         if self.nvml is not None:
             self.nvml.stop()
         stop_history(self.memory_history)

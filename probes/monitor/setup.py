@@ -107,6 +107,28 @@ def env_rank() -> int | None:
     return None
 
 
+def env_local_rank() -> int:
+    """This process's rank on its own machine under torchrun (LOCAL_RANK); 0 when alone."""
+    try:
+        return max(0, int(os.environ.get("LOCAL_RANK", "0")))
+    except ValueError:
+        return 0
+
+
+def metrics_endpoint(port: int | None, bind: str) -> Any:
+    """The bound (not yet serving) /metrics endpoint of ``Monitor(metrics_port=...)``: None
+    when no port is asked, or on a machine's ranks but local rank 0 (one endpoint per node
+    serves every local rank: probes/export). MonitorArgumentError when it cannot be served."""
+    if port is None or env_local_rank() != 0:
+        return None
+    from probes.export import EndpointError, MetricsEndpoint
+
+    try:
+        return MetricsEndpoint(port, bind)
+    except EndpointError as exc:
+        raise MonitorArgumentError(f"metrics_port: {exc}") from None
+
+
 def env_world_size() -> int:
     try:
         return max(1, int(os.environ.get("WORLD_SIZE", "1")))

@@ -162,6 +162,8 @@ def _started(d: Mapping[str, Any]) -> str:
     if d.get("mode") == "infer":
         text += (f", inference: {switches_text(d.get('switches'))}, weights "
                  f"{d.get('weights') or 'n/a'}")
+    if d.get("metrics_url"):
+        text += f"; Prometheus: {d['metrics_url']}"
     return text
 
 
@@ -269,13 +271,14 @@ _KINDS = (
     EventKind(RUN_STARTED, "the run's device, amp, model size, counters and machine",
               {"device": "str", "device_name": "str", "device_total_bytes": "int", "amp": "str",
                "params": "int", "counters": "str", "driver_counter": "str", "world_size": "int",
-               "pid": "int", "tokens_per_step": "int", "samples_per_step": "int",
-               "flops_per_token": "num", "step_clock": "str",
+               "pid": "int", "host": "str", "metrics_url": "str", "tokens_per_step": "int",
+               "samples_per_step": "int", "flops_per_token": "num", "step_clock": "str",
                "memory_history": "str", "nvml_match": "str", "mig": "bool",
                "mode": "str", "weights": "str", "kv_formula": "str",
                "kv_bytes_per_token": "int",
                "switches": {"eval": "bool", "inference_mode": "bool", "grad_scaler": "str"},
-               "system": {"gpu_name": "str", "gpu_capability": "scalar", "cpu_model": "str",
+               "system": {"gpu_name": "str", "gpu_uuid": "str", "gpu_capability": "scalar",
+                          "cpu_model": "str",
                           "cpu_count": "int", "ram_bytes": "int",
                           **{k: "scalar" for k in _SOFTWARE}}},
               summary=_started),

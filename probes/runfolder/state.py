@@ -165,6 +165,10 @@ class RunState:
             self.leak_since = None
         elif name == R.LEAK_SUSPECTED:
             self.alerts[str(d.get("counter"))] = dict(d, step=e.step)
+        elif name == R.LEAK_FORECAST:  # an open alert's time to full, recomputed
+            alert = self.alerts.get(str(d.get("counter")))
+            if alert is not None:  # a new dict: a reader on another thread keeps the old one
+                self.alerts[str(d.get("counter"))] = {**alert, **d}  # None: no forecast now
         elif name == R.LEAK_CLEARED:
             self.alerts.pop(str(d.get("counter")), None)
         elif name == R.ERROR:

@@ -76,6 +76,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     _opt(g, "--nproc", "nproc", "ranks on this machine: one per GPU on CUDA, gloo on CPU",
          type=int_arg)
     _opt(g, "--port", "port", "rendezvous port with --nproc; 0 = a free one", type=int_arg)
+    g = p.add_argument_group("Prometheus (README: Many nodes)")
+    _opt(g, "--metrics-port", "metrics_port", "serve the run's counters on /metrics at this "
+         "port (with --nproc: every rank's, from this process); 0 = a free one", type=int_arg)
+    _opt(g, "--metrics-bind", "metrics_bind", "the address /metrics listens on; it has no "
+         "authentication", metavar="ADDR")
     add_model_options(p)
     g = p.add_argument_group("training")
     g.add_argument("--steps", type=int_arg, default=None, metavar="N",
@@ -180,6 +185,24 @@ def check_max_memory(config: TrainConfig) -> None:
                          "above the run's own size")
 
 
+def metrics_endpoint(config: TrainConfig):  # -> probes.export.MetricsEndpoint | None
+    """--metrics-port checked before the run starts (UsageError: in use, a bad address). With
+    --nproc the endpoint is this process's, kept bound; a lone run's Monitor binds its own, so
+    the port is only tried and freed here (port 0 is any free one: nothing to try)."""
+    if config.metrics_port is None:
+        return None
+    from probes.export import EndpointError, MetricsEndpoint
+
+    try:
+        endpoint = MetricsEndpoint(config.metrics_port, config.metrics_bind)
+    except EndpointError as exc:
+        raise UsageError(f"memtop train: --metrics-port: {exc}") from None
+    if config.nproc > 1:
+        return endpoint
+    endpoint.close()
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
     terminal = sys.stdin.isatty() and sys.stdout.isatty() and sys.stderr.isatty()
     if not args.headless and not terminal:  # Textual draws on stderr: all three must be TTYs
@@ -198,18 +221,30 @@ def run(args: argparse.Namespace) -> int:
             check_ranks(config)
     except ValueError as exc:
         raise UsageError(f"memtop train: {exc}") from None
+    endpoint = metrics_endpoint(config)  # bound before the run folder: a bad port makes none
     from probes.runfolder import RunFolderError, create_run_dir
 
     try:
         run_dir = create_run_dir(config.run_dir)
     except RunFolderError as exc:
+        if endpoint is not None:
+            endpoint.close()
         raise UsageError(f"memtop train: {exc}") from None
     if config.nproc > 1:
         from tui.ranks_run import run_ranks_dashboard, run_ranks_headless
 
-        if args.headless:
-            return run_ranks_headless(config, run_dir, log_every=args.log_every)
-        return run_ranks_dashboard(config, run_dir)
+        if endpoint is not None:  # one endpoint for every rank, following the run folder
+            from probes.export import FolderCollector
+
+            endpoint.serve(FolderCollector([run_dir]))
+            print(f"memtop: Prometheus metrics of every rank on {endpoint.url}", flush=True)
+        try:
+            if args.headless:
+                return run_ranks_headless(config, run_dir, log_every=args.log_every)
+            return run_ranks_dashboard(config, run_dir)
+        finally:
+            if endpoint is not None:
+                endpoint.close()
     if args.headless:
         from tui.headless import run_headless
 
