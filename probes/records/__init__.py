@@ -31,6 +31,8 @@ from probes.records.errors import (  # noqa: F401
 )
 from probes.records.events import (  # noqa: F401
     ADMISSION,
+    ATTRIBUTION_CANCELLED,
+    ATTRIBUTION_STARTED,
     BULKY_FIELDS,
     CACHE_BASELINE,
     CONTROL,
@@ -47,6 +49,7 @@ from probes.records.events import (  # noqa: F401
     LEAK_SUSPECTED,
     LEDGER,
     LEDGER_FAILED,
+    MEMORY_ATTRIBUTION,
     MEMORY_GUARD,
     MEMORY_SNAPSHOT,
     METRICS_WRITE_FAILED,
@@ -179,6 +182,9 @@ __all__ = [
     "REQUEST_DONE",
     "ADMISSION",
     "CACHE_BASELINE",
+    "ATTRIBUTION_STARTED",
+    "MEMORY_ATTRIBUTION",
+    "ATTRIBUTION_CANCELLED",
     "switches_text",
     "EVENT_KINDS",
     "HintKind",
