@@ -10,7 +10,8 @@ What each figure is, and why it is measured so (docs/ATTRIBUTION.md):
   ``scores_bytes``. Saved outside any module of the model: unattributed.
 - a module whose forward runs under another saved-tensor hook (``torch.utils.checkpoint``'s):
   autograd saves nothing through ours there; what the checkpoint keeps are the inputs of the
-  outermost such module, credited to it as its activations (``checkpointed``).
+  outermost such module, credited to it as its activations (``checkpointed``; the
+  non-reentrant checkpoint saves them through our hook just before, as its caller's: they move).
 - micro-batches: a forward that starts after a backward starts a new pass; a step's
   activations are its largest pass (passes are not alive together), a module called twice in
   one pass is one row with both calls' bytes.
@@ -141,6 +142,7 @@ class ModuleMeter:
         self._pass: dict[str, ModuleFigures] = {}
         self._pass_unattributed = 0
         self._pass_seen: set[tuple] = set()
+        self._pass_where: dict[tuple, str | None] = {}  # a storage -> the module credited
         self._passes: list[tuple[int, dict[str, ModuleFigures], int]] = []
         self._backward_seen = False
         self._peaks: dict[str, int] = {}
@@ -224,7 +226,7 @@ class ModuleMeter:
             top = _top_hooks(False)
             foreign = top is not None and top[0] != self._pack_fn
             if foreign and not (parent is not None and parent.foreign):
-                self._keep_inputs(name, args)  # a checkpoint keeps this module's inputs
+                self._keep_inputs(name, parent.name if parent else None, args)
             nbytes = _input_bytes(args)
             if nbytes > self._inputs.get(name, 0):
                 self._inputs[name] = nbytes
@@ -267,6 +269,7 @@ class ModuleMeter:
                     frame = self._stack[-1] if self._stack else None
                     if frame is None:
                         self._pass_unattributed += key[3]
+                        self._pass_where[key[:3]] = None
                     else:
                         figures = self._pass.setdefault(frame.name, ModuleFigures())
                         kind = classify(t)
@@ -274,6 +277,7 @@ class ModuleMeter:
                             figures.weight_copies += key[3]
                         else:
                             figures.activations += key[3]
+                            self._pass_where[key[:3]] = frame.name
                             if kind == "scores":
                                 figures.scores += key[3]
                         if self.reader.sampled:
@@ -285,15 +289,26 @@ class ModuleMeter:
             return self._below_pack(t)
         return t.detach()  # same storage, no grad_fn: no cycle, nothing kept by the meter
 
-    def _keep_inputs(self, name: str, args: Any) -> None:
+    def _keep_inputs(self, name: str, caller: str | None, args: Any) -> None:
+        """A checkpoint keeps this module's inputs: credit them to it, moving any that the
+        checkpoint saved as its caller's a moment ago."""
         figures = self._pass.setdefault(name, ModuleFigures())
         figures.checkpointed = True
         for t in _tensors(args):
             key = storage_key(t)
-            if key is not None and key[:3] not in self._param_keys \
-                    and key[:3] not in self._pass_seen:
-                self._pass_seen.add(key[:3])
-                figures.activations += key[3]
+            if key is None or key[:3] in self._param_keys:
+                continue
+            k = key[:3]
+            if k in self._pass_seen:
+                if k not in self._pass_where or self._pass_where[k] != caller:
+                    continue  # saved by another module: it stays there
+                if caller is None:
+                    self._pass_unattributed -= key[3]
+                else:
+                    self._pass[caller].activations -= key[3]
+            self._pass_seen.add(k)
+            self._pass_where[k] = name
+            figures.activations += key[3]
 
     def _on_grad(self, p: torch.Tensor) -> None:
         self._backward_seen = True
@@ -311,6 +326,7 @@ class ModuleMeter:
                                                   for f in self._pass.values())
             self._passes.append((total, self._pass, self._pass_unattributed))
         self._pass, self._pass_unattributed, self._pass_seen = {}, 0, set()
+        self._pass_where = {}
         self._backward_seen = False
 
     def _optimizer_state(self) -> dict[str, int]:
