@@ -31,6 +31,11 @@ from probes.records import Event, StepSample
 from probes.records.attribution import MAX_ROWS, fit_event, totals
 from probes.records.attribution_hints import attribution_hints
 
+# the forward peak's counter reads may cost this share of an undisturbed step (the window's
+# target: a step at most 2x a plain one; benchmarks/attribution_window.py); a step not seen yet
+# counts as DEFAULT_STEP_S
+PEAK_READ_SHARE = 0.3
+DEFAULT_STEP_S = 0.05
 PEAK_RULE_CPU = ("forward peak: the heap in use (mallinfo2) sampled at each module's entry and "
                  "exit and at each saved tensor, highest reading inside the module minus the "
                  "reading at its entry (a sampled peak)")
@@ -64,8 +69,10 @@ class MemoryAttribution(StepHook):
         self._wanted: str | None = None  # a request waiting for the profiler's window to end
         self._window: _Window | None = None
         self._running: int | None = None  # the step whose hooks are on now
+        self._hooked: int | None = None  # the step that ran to its end with the hooks on
         self._step = 0
         self._plain_forward_ms: float | None = None  # the last undisturbed step's forward
+        self._plain_step_s: float | None = None  # and its whole step (the read budget)
         self.blocked: Callable[[], bool] = lambda: False
         self.windows_done = 0
         self.last: dict[str, Any] | None = None  # the last event's data (tests, the bench)
@@ -99,7 +106,10 @@ class MemoryAttribution(StepHook):
         if self._window is None and self._wanted is None:
             return False
         self._window, self._wanted = None, None
-        self._emit(R.ATTRIBUTION_CANCELLED, max(step - 1, 0), {"reason": reason})
+        # mid-step: that step is the window's last (probes/records/disturbed.py); else the
+        # step before the boundary it is acted on at
+        at = self._running if self._running is not None else max(step - 1, 0)
+        self._emit(R.ATTRIBUTION_CANCELLED, at, {"reason": reason})
         return True
 
     def _maybe_open(self, step: int) -> None:
@@ -108,6 +118,8 @@ class MemoryAttribution(StepHook):
         trigger, self._wanted = self._wanted, None
         try:
             meter = ModuleMeter(self.ctx.model, self.ctx.optimizer, self.reader)
+            meter.plan_reads(self.reader.read_cost_s(),
+                             PEAK_READ_SHARE * (self._plain_step_s or DEFAULT_STEP_S))
         except Exception as exc:  # an instrument never takes the training down
             self._emit(R.ATTRIBUTION_CANCELLED, max(step - 1, 0),
                        {"reason": f"could not hook the model: {type(exc).__name__}: {exc}"})
@@ -143,19 +155,23 @@ class MemoryAttribution(StepHook):
                                           f"{exc}")
             yield
             return
-        self._running = step
+        self._running, self._hooked = step, None
         try:
             yield
+            self._hooked = step
         finally:
+            self._running = None
             with contextlib.suppress(Exception):
                 saving.__exit__(None, None, None)
             meter.remove()
 
     def end_step(self, step: int, tensors: StepTensors, sample: StepSample) -> None:
-        win, running, self._running = self._window, self._running, None
-        if win is None or running != step:
-            if win is None and sample.disturbed is None and sample.forward_ms is not None:
-                self._plain_forward_ms = sample.forward_ms  # the hint's "today's forward"
+        win, hooked, self._hooked = self._window, self._hooked, None
+        if win is None or hooked != step:
+            if win is None and sample.disturbed is None:
+                if sample.forward_ms is not None:
+                    self._plain_forward_ms = sample.forward_ms  # the hint's "today's forward"
+                self._plain_step_s = sample.step_ms / 1000.0
             return
         figures = win.meter.take()
         if win.meter.error is not None:
@@ -216,7 +232,7 @@ class MemoryAttribution(StepHook):
                 "grads_bytes": figures.grads.get(name, 0),
                 "optimizer_bytes": figures.optimizer.get(name, 0),
                 "activations_bytes": mod.activations if mod else 0,
-                "forward_peak_bytes": peaks.get(name, 0),
+                "forward_peak_bytes": peaks.get(name),
                 "calls": figures.calls.get(name, 0),
                 "weight_copies_bytes": mod.weight_copies if mod else 0,
                 "scores_bytes": mod.scores if mod else 0,
@@ -252,8 +268,13 @@ class MemoryAttribution(StepHook):
             "model_class": type(self.ctx.model).__name__,
             "optimizer_class": type(self.ctx.optimizer).__name__,
             "modules_hooked": meter.modules_hooked, "counter": self.reader.source,
+            "peak_depth": meter.peak_depth,
             "peak_rule": PEAK_RULE_CUDA if self.reader.cuda else PEAK_RULE_CPU,
             "device": str(self.ctx.device), "amp": self.ctx.amp}
+        if meter.peak_depth is not None:
+            data["peak_rule"] += (f"; modules deeper than depth {meter.peak_depth} were not "
+                                  "read (their reads would have cost over "
+                                  f"{PEAK_READ_SHARE:.0%} of a step): n/a")
         data["hints"] = attribution_hints(data)
         before = len(rows)
         fit_event(data)

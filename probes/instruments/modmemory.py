@@ -17,7 +17,10 @@ What each figure is, and why it is measured so (docs/ATTRIBUTION.md):
   one pass is one row with both calls' bytes.
 - forward peak: the high-water mark inside the module above its entry. CUDA: the allocator's
   peak, reset at each hook (exact). CPU: the heap counter memtop reads (mallinfo2, ~1-10 µs),
-  sampled at every module entry and exit and at every saved tensor (a sampled peak).
+  sampled at every module entry and exit and at every saved tensor (a sampled peak). Reads
+  have a budget (``plan_reads``): on a model whose reads would cost more than a share of a
+  step (10,000 modules, a fragmented heap), only modules down to a depth are read, the rest
+  say n/a.
 - gradients: each parameter's .grad when autograd accumulates it; optimizer state: the
   optimizer's real state tensors after its step; parameters: direct parameters of each module,
   a parameter shared by several credited once, to the first module ``named_modules`` gives.
@@ -53,7 +56,7 @@ class ModuleFigures:
 @dataclass
 class _Frame:
     name: str
-    entry: int  # the counter at the module's entry
+    entry: int | None  # the counter at the module's entry (None: not read, over the budget)
     high: int  # the highest reading since
     t0: float
     foreign: bool  # another saved-tensor hook (a checkpoint) is on top
@@ -66,7 +69,7 @@ class StepFigures:
     modules: dict[str, ModuleFigures]  # the largest pass's activations, per module
     unattributed: int
     passes: int
-    peaks: dict[str, int]
+    peaks: dict[str, int]  # modules read (the budget's depth): the others have none
     calls: dict[str, int]
     inputs: dict[str, int]
     forward_s: dict[str, float]
@@ -86,6 +89,13 @@ class PeakReader:
         self.source = ("CUDA allocator (max_memory_allocated, reset at each module hook)"
                        if self.cuda else "heap in use (mallinfo2), sampled at module "
                                          "entries, exits and saved tensors")
+
+    def read_cost_s(self, reads: int = 8) -> float:
+        """One read's cost now, for the read budget (a few reads timed)."""
+        t0 = time.perf_counter()
+        for _ in range(reads):
+            self.read()
+        return (time.perf_counter() - t0) / reads
 
     def read(self) -> tuple[int, int] | None:
         if self.cuda:
@@ -110,9 +120,12 @@ class ModuleMeter:
     owner: dict[tuple, str] = field(default_factory=dict)  # parameter storage -> module
     param_bytes: dict[str, int] = field(default_factory=dict)
     error: str | None = None
+    peak_depth: int | None = None  # read modules down to this depth (None: all)
+    read_packs: bool = True  # CPU: also read at each saved tensor
 
     def __post_init__(self) -> None:
         self._handles: list[Any] = []
+        self._read_names: set[str] | None = None  # modules read (None: all)
         self._param_keys: set[tuple] = set()
         self._param_owner: dict[int, str] = {}  # id(parameter) -> module
         for name, module in self.model.named_modules():  # a shared module: its first name
@@ -135,6 +148,29 @@ class ModuleMeter:
     @property
     def modules_hooked(self) -> int:
         return len(self.names)
+
+    def plan_reads(self, read_s: float, budget_s: float) -> None:
+        """Read the peak counter at as many modules as ``budget_s`` a step allows at
+        ``read_s`` a read (two per module call, one per saved tensor): the shallowest modules
+        first; the model itself always (two reads a step)."""
+        per_depth: dict[int, int] = {}
+        for name in set(self.names.values()):
+            d = 0 if not name else name.count(".") + 1
+            per_depth[d] = per_depth.get(d, 0) + 1
+        allowed = budget_s / max(read_s, 1e-9)
+        depths = sorted(per_depth)
+        cost, fits = 0.0, 0
+        for d in depths:
+            cost += 2 * per_depth[d]
+            if cost > allowed and d > 0:
+                break
+            fits = d
+        everything = fits == depths[-1]
+        self.peak_depth = None if everything else fits
+        self.read_packs = self.reader.sampled and everything and \
+            cost + len(self.names) <= allowed  # ~one saved tensor per module
+        self._read_names = None if everything else {
+            n for n in self.names.values() if (0 if not n else n.count(".") + 1) <= fits}
 
     # the step ----------------------------------------------------------------------------
     def _reset(self) -> None:
@@ -221,8 +257,9 @@ class ModuleMeter:
             if not stack and self._backward_seen:  # a new micro-batch's forward
                 self._close_pass()
             parent = stack[-1] if stack else None
-            now = self._read(parent)
             name = self.names.get(id(module), "?")
+            reads = self._read_names is None or name in self._read_names
+            now = self._read(parent) if reads else None
             top = _top_hooks(False)
             foreign = top is not None and top[0] != self._pack_fn
             if foreign and not (parent is not None and parent.foreign):
@@ -230,7 +267,7 @@ class ModuleMeter:
             nbytes = _input_bytes(args)
             if nbytes > self._inputs.get(name, 0):
                 self._inputs[name] = nbytes
-            stack.append(_Frame(name, now or 0, now or 0, t0, foreign))
+            stack.append(_Frame(name, now, now or 0, t0, foreign))
         except Exception as exc:  # never into the step: count nothing more
             self.error = self.error or f"{type(exc).__name__}: {exc}"
             self._stack.append(None)
@@ -244,13 +281,14 @@ class ModuleMeter:
             return
         t0 = time.perf_counter()
         try:
-            self._read(frame)
             name = frame.name
             self._forward_s[name] = self._forward_s.get(name, 0.0) + (t0 - frame.t0)
             self._calls[name] = self._calls.get(name, 0) + 1
-            peak = max(0, frame.high - frame.entry)
-            if peak > self._peaks.get(name, -1):
-                self._peaks[name] = peak
+            if frame.entry is not None:
+                self._read(frame)
+                peak = max(0, frame.high - frame.entry)
+                if peak > self._peaks.get(name, -1):
+                    self._peaks[name] = peak
             parent = self._stack[-1] if self._stack else None
             if parent is not None and frame.high > parent.high:
                 parent.high = frame.high
@@ -280,7 +318,7 @@ class ModuleMeter:
                             self._pass_where[key[:3]] = frame.name
                             if kind == "scores":
                                 figures.scores += key[3]
-                        if self.reader.sampled:
+                        if self.read_packs:
                             self._read(frame)
         except Exception as exc:
             self.error = self.error or f"{type(exc).__name__}: {exc}"

@@ -73,8 +73,9 @@ def merge(into: dict[str, Any], row: Mapping[str, Any]) -> None:
     for key in ADDITIVE:
         into[key] = int(_num(into, key) + _num(row, key))
     into["forward_ms"] = round(_num(into, "forward_ms") + _num(row, "forward_ms"), 4)
-    into["forward_peak_bytes"] = int(max(_num(into, "forward_peak_bytes"),
-                                         _num(row, "forward_peak_bytes")))
+    peaks = [p for p in (into.get("forward_peak_bytes"), row.get("forward_peak_bytes"))
+             if isinstance(p, int)]
+    into["forward_peak_bytes"] = max(peaks) if peaks else None
     into["input_bytes"] = int(max(_num(into, "input_bytes"), _num(row, "input_bytes")))
     into["checkpointed"] = bool(into.get("checkpointed")) or bool(row.get("checkpointed"))
 
@@ -94,8 +95,9 @@ def _absorb(target: dict[str, Any], row: Mapping[str, Any], itself: bool) -> Non
     folded = int(_num(row, "folded")) + (0 if itself else 1)
     if folded:
         target["folded"] = int(_num(target, "folded")) + folded
-    if itself:
-        target["forward_peak_bytes"] = int(_num(row, "forward_peak_bytes"))
+    if itself:  # a peak not read (the read budget's depth) stays None: "n/a"
+        peak = row.get("forward_peak_bytes")
+        target["forward_peak_bytes"] = peak if isinstance(peak, int) else None
         target["forward_ms"] = round(_num(row, "forward_ms"), 4)
         target["input_bytes"] = int(_num(row, "input_bytes"))
 
@@ -106,29 +108,49 @@ def fold_to(rows: Iterable[Mapping[str, Any]], level: int) -> list[dict[str, Any
     out: dict[str, dict[str, Any]] = {}
     for row in rows:
         name = str(row.get("module", ""))
-        key = ancestor(name, level) if name != OTHERS else OTHERS
+        key = ancestor(name, level)
         _absorb(out.setdefault(key, _blank(key)), row, key == name)
     return list(out.values())
 
 
+def is_others(name: str) -> bool:
+    """A bounded event's merged row: ``(others)``, or ``parent.(others)`` when the merged
+    modules share a parent (it then aggregates under that parent)."""
+    return name == OTHERS or name.endswith("." + OTHERS)
+
+
 def bound_rows(rows: list[dict[str, Any]], max_rows: int = MAX_ROWS) -> list[dict[str, Any]]:
     """At most ``max_rows`` rows that add up to the same totals: the deepest level that fits
-    is kept (deeper rows fold into their ancestors there); if even the model's children are
-    too many, the largest ``max_rows - 1`` stay and the rest merge into one ``(others)`` row."""
+    is kept (deeper rows fold into their ancestors there); when that level is too coarse to
+    tell much (under a tenth of the bound: a ModuleList of 10,000 layers folds to one row) or
+    nothing fits, the level below keeps its largest ``max_rows - 1`` rows and the rest merge
+    into one ``(others)`` row (``parent.(others)`` when they share a parent)."""
     if len(rows) <= max_rows:
         return rows
     deepest = max((depth(str(r.get("module", ""))) for r in rows), default=0)
+    finer = rows
     for level in range(deepest - 1, 0, -1):
         folded = fold_to(rows, level)
         if len(folded) <= max_rows:
-            return folded
-    folded = fold_to(rows, 1)
-    folded.sort(key=lambda r: (held_bytes(r), _num(r, "forward_peak_bytes")), reverse=True)
-    keep, rest = folded[:max_rows - 1], folded[max_rows - 1:]
-    others = _blank(OTHERS)
+            if len(folded) >= max(2, max_rows // 10):
+                return folded
+            break
+        finer = folded
+    # the finest level's rows compete for the places; the few above them (their ancestors,
+    # the model's own code) stay, so the merged rows keep their parent
+    finest = max(depth(str(r.get("module", ""))) for r in finer)
+    above = [r for r in finer if depth(str(r.get("module", ""))) < finest][:max_rows // 2]
+    kept = {id(r) for r in above}
+    deep = sorted((r for r in finer if id(r) not in kept),
+                  key=lambda r: (held_bytes(r), _num(r, "forward_peak_bytes")), reverse=True)
+    room = max_rows - 1 - len(above)
+    keep, rest = above + deep[:room], deep[room:]
+    parents_of = {str(r.get("module", "")).rpartition(".")[0] for r in rest}
+    name = f"{parents_of.pop()}.{OTHERS}" if len(parents_of) == 1 and "" not in parents_of \
+        else OTHERS
+    others = _blank(name)
     for row in rest:
-        merge(others, row)
-    others["folded"] = len(rest) + sum(int(_num(r, "folded")) for r in rest)
+        _absorb(others, row, itself=False)
     others["forward_peak_bytes"] = 0  # a peak of unrelated modules means nothing
     return keep + [others]
 
@@ -164,7 +186,7 @@ def parents(rows: Iterable[Mapping[str, Any]]) -> set[str]:
     out: set[str] = set()
     for row in rows:
         name = str(row.get("module", ""))
-        if name and name != OTHERS:
+        if name and name != OTHERS:  # (a parent.(others) row has its parent)
             parts = name.split(".")
             out.update(".".join(parts[:i]) for i in range(len(parts)))
     return out
@@ -182,10 +204,10 @@ def at_depth(rows: list[dict[str, Any]], level: int) -> list[dict[str, Any]]:
     above = parents(rows)
     for row in rows:
         name = str(row.get("module", ""))
-        key = ancestor(name, level) if name != OTHERS else OTHERS
+        key = ancestor(name, level)
         target = out.setdefault(key, _blank(key))
         _absorb(target, row, key == name)
-        if key == name and name != OTHERS:
+        if key == name and not is_others(name):
             target["own"] = depth(name) < level and name in above
     result = []
     for name, row in out.items():
@@ -225,7 +247,7 @@ def sort_rows(rows: Iterable[dict[str, Any]], key: str) -> list[dict[str, Any]]:
         return float(held_bytes(r)) if key == "held_bytes" else _num(r, key)
 
     rows = list(rows)
-    return sorted(rows, key=lambda r: (r.get("module") == OTHERS, -value(r),
+    return sorted(rows, key=lambda r: (is_others(str(r.get("module", ""))), -value(r),
                                        str(r.get("module", ""))))
 
 
@@ -245,7 +267,7 @@ def block_groups(rows: list[dict[str, Any]], level: int) -> list[dict[str, Any]]
     groups: dict[str, dict[str, Any]] = {}
     for row in children:
         name = str(row.get("module", ""))
-        if depth(name) != level + 1 or row.get("own") or name == OTHERS:
+        if depth(name) != level + 1 or row.get("own") or is_others(name):
             continue
         key = pattern(name)
         if key == name or pattern(ancestor(name, level)) == ancestor(name, level):
@@ -263,9 +285,8 @@ def module_label(row: Mapping[str, Any]) -> str:
 __all__ = ["ADDITIVE", "HELD", "MAX_EVENT_BYTES", "MAX_ROWS", "OTHERS", "ROW_FIELDS",
            "SORT_KEYS", "SORT_TITLES", "ancestor", "at_depth", "block_groups", "bound_rows",
            "choose_depth", "depth", "event_size", "fit_event", "fold_to", "has_children",
-           "held_bytes", "merge", "module_label", "next_sort_key", "parents", "pattern",
-           "sort_rows",
-           "totals"]
+           "held_bytes", "is_others", "merge", "module_label", "next_sort_key", "parents",
+           "pattern", "sort_rows", "totals"]
 
 
 # ---- the event's one line -----------------------------------------------------------------
@@ -276,6 +297,7 @@ ATTRIBUTION_FIELDS: dict[str, Any] = {
     "weight_copies_bytes": "int", "checkpoint_inputs_bytes": "int", "step_peak_bytes": "int",
     "forward_ms": "num", "plain_forward_ms": "num", "seq_len": "int", "batch_size": "int",
     "model_class": "str", "modules_hooked": "int", "rows_folded": "int", "counter": "str",
+    "peak_depth": "int",
     "peak_rule": "str", "hook_ms": "num", "window_step_ms": "num", "trigger": "str",
     "hints": ["str"], "device": "str", "amp": "str", "optimizer_class": "str"}
 

@@ -105,7 +105,7 @@ class DisturbedSteps:
         self._look_since: int | None = None  # the first look's step, while a look is open
         self._after_look = -1  # the step after the last look's second census
         self._attr_since: int | None = None  # an attribution window's first step, while open
-        self._after_attr = -1  # the step after the last attribution window
+        self._attr_span = (0, -1)  # the last closed window's first and last step
 
     def event(self, kind: str, step: Any, data: Mapping[str, Any]) -> None:
         """Fold one event (its kind, step and fields)."""
@@ -133,8 +133,11 @@ class DisturbedSteps:
         elif kind == ATTRIBUTION_STARTED:
             self._attr_since = step
         elif kind in (MEMORY_ATTRIBUTION, ATTRIBUTION_CANCELLED):
-            if self._attr_since is not None or kind == MEMORY_ATTRIBUTION:
-                self._after_attr = step + 1
+            # its last step is the event's: a window cancelled mid-step names that step
+            if self._attr_since is not None:
+                self._attr_span = (self._attr_since, step)
+            elif kind == MEMORY_ATTRIBUTION:  # a folder cut before its start event
+                self._attr_span = (step, step)
             self._attr_since = None
 
     def _settle(self, step: int) -> None:
@@ -146,13 +149,16 @@ class DisturbedSteps:
             return TRACED
         if self._attr_since is not None and step >= self._attr_since:
             return ATTRIBUTED
+        first, last = self._attr_span
+        if first <= step <= last:
+            return ATTRIBUTED
         if self._analysing and any(step > since for since in self._analysing.values()):
             return ANALYSIS
         if self._look_since is not None and step > self._look_since:
             return LOOK
         if step == self._after_look:
             return AFTER_LOOK
-        if step == self._after_attr:
+        if step == last + 1 and last >= 0:
             return AFTER_ATTRIBUTION
         if step <= self._settle_until:
             return SETTLE

@@ -158,7 +158,7 @@ def memtracker_step(model, opt, loss_fn, batch, amp=None, scaler=None):
         pre = st.snapshots[_ModState.PRE_FW]
         post = st.snapshots[_ModState.POST_FW]
         acts = sum(b.get(CPU, {}).get("Activation", 0) - a.get(CPU, {}).get("Activation", 0)
-                   for a, b in zip(pre, post))
+                   for a, b in zip(pre, post, strict=True))
         out[names[id(module)]] = {"activations": acts, "params": st.parameter_mem,
                                   "input": st.input_mem, "output": st.output_mem}
     return out, grads, opt_state
@@ -175,8 +175,9 @@ def boundary_terms(model, loss_fn, batch, amp=None):
     outputs: dict[str, dict] = {}
 
     def keys(obj):
+        items = obj if isinstance(obj, (tuple, list)) else ()
         ts = [obj] if isinstance(obj, torch.Tensor) else [
-            t for t in (obj if isinstance(obj, (tuple, list)) else ()) if isinstance(t, torch.Tensor)]
+            t for t in items if isinstance(t, torch.Tensor)]
         return {k[:3]: k[3] for k in map(storage_key, ts) if k is not None}
 
     def pre(mod, args):
