@@ -26,7 +26,9 @@ from typing import Any
 
 from probes import records as R
 from probes.instruments.hooks import RunContext, StepHook, StepTensors
+from probes.counters.memory import heap_counters
 from probes.instruments.modmemory import ModuleMeter, PeakReader, StepFigures
+from probes.instruments.tensor_bytes import unique_bytes
 from probes.records import Event, StepSample
 from probes.records.attribution import MAX_ROWS, fit_event, totals
 from probes.records.attribution_hints import attribution_hints
@@ -80,6 +82,14 @@ class MemoryAttribution(StepHook):
     def setup(self, ctx: RunContext) -> None:
         super().setup(ctx)
         self.reader = PeakReader(ctx.device)
+        # CPU: the heap torch and Python held before the first step (as the ledger's "runtime
+        # heap at start"): the table's %peak is of the step's peak above it
+        self.runtime_heap: int | None = None
+        if ctx.device.type != "cuda":
+            heap = heap_counters()
+            if heap is not None:
+                self.runtime_heap = max(0, heap[0] - unique_bytes(ctx.model.parameters())[0]
+                                        - unique_bytes(ctx.model.buffers())[0])
 
     @property
     def attributing(self) -> bool:
@@ -259,6 +269,7 @@ class MemoryAttribution(StepHook):
             "checkpoint_inputs_bytes": sum(r["activations_bytes"] for r in rows
                                            if r["checkpointed"]),
             "step_peak_bytes": max(highs) if highs else None,
+            "runtime_heap_bytes": self.runtime_heap,
             "forward_ms": round(figures.forward_s.get("", 0.0) * 1000.0, 3),
             "plain_forward_ms": self._plain_forward_ms,
             "window_step_ms": sample.step_ms,

@@ -81,7 +81,7 @@ def merge(into: dict[str, Any], row: Mapping[str, Any]) -> None:
 
 
 def _blank(name: str) -> dict[str, Any]:
-    return {"module": name, **{k: 0 for k in ADDITIVE}, "forward_peak_bytes": 0,
+    return {"module": name, **{k: 0 for k in ADDITIVE}, "forward_peak_bytes": None,
             "input_bytes": 0, "forward_ms": 0.0, "checkpointed": False}
 
 
@@ -297,7 +297,7 @@ ATTRIBUTION_FIELDS: dict[str, Any] = {
     "weight_copies_bytes": "int", "checkpoint_inputs_bytes": "int", "step_peak_bytes": "int",
     "forward_ms": "num", "plain_forward_ms": "num", "seq_len": "int", "batch_size": "int",
     "model_class": "str", "modules_hooked": "int", "rows_folded": "int", "counter": "str",
-    "peak_depth": "int",
+    "peak_depth": "int", "runtime_heap_bytes": "int",
     "peak_rule": "str", "hook_ms": "num", "window_step_ms": "num", "trigger": "str",
     "hints": ["str"], "device": "str", "amp": "str", "optimizer_class": "str"}
 
