@@ -67,8 +67,14 @@ class ModuleMemoryTable(Vertical):
         self.step, self.data, self.ledger = step, data, ledger
         self.sort_key = SORT_KEYS[0]
         self.set_class(False, "-empty")
-        self.set_class(True, "-shown")
+        self._show()
         self._render_table()
+
+    def _show(self) -> None:
+        """On screen from now on; its column (tui/memtop.tcss) makes room for it."""
+        self.set_class(True, "-shown")
+        if self.parent is not None:
+            self.parent.set_class(True, "-with-modules")
 
     def set_ledger(self, ledger: dict[str, Any]) -> None:
         """A newer ledger: the reconciling line follows it."""
@@ -79,7 +85,7 @@ class ModuleMemoryTable(Vertical):
     def set_note(self, text: str) -> None:
         """A window requested, running or cancelled, while no table is loaded."""
         if self.data is None:
-            self.set_class(True, "-shown")
+            self._show()
             self._text = text
             self._body.update(text)
 
