@@ -22,6 +22,7 @@ from probes.records.attribution import (
     held_bytes,
     is_others,
     module_label,
+    peak_base,
     sort_rows,
     totals,
 )
@@ -35,17 +36,6 @@ COLUMNS = (("params_bytes", "params"), ("grads_bytes", "grads"), ("optimizer_byt
 CELL_W = 9
 NAME_MIN = 12
 ACTS_TOLERANCE = 0.05  # the activations' total against the ledger's measured line
-
-
-def peak_base(data: Mapping[str, Any]) -> int | None:
-    """What %peak divides by: the step's peak, above the runtime heap on CPU (the heap torch
-    and Python held before training is not the model's)."""
-    peak, runtime = data.get("step_peak_bytes"), data.get("runtime_heap_bytes")
-    if not isinstance(peak, int) or peak <= 0:
-        return None
-    if isinstance(runtime, int) and 0 < runtime < peak:
-        return peak - runtime
-    return peak
 
 
 def cell(key: str, row: Mapping[str, Any], step_peak: int | None) -> str:

@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from probes import records as R
-from probes.instruments.hooks import RunContext, StepHook, StepTensors
 from probes.counters.memory import heap_counters
+from probes.instruments.hooks import RunContext, StepHook, StepTensors
 from probes.instruments.modmemory import ModuleMeter, PeakReader, StepFigures
 from probes.instruments.tensor_bytes import unique_bytes
 from probes.records import Event, StepSample

@@ -278,6 +278,17 @@ def block_groups(rows: list[dict[str, Any]], level: int) -> list[dict[str, Any]]
     return list(groups.values())
 
 
+def peak_base(data: Mapping[str, Any]) -> int | None:
+    """What %peak divides by: the step's peak, above the runtime heap on CPU (the heap torch
+    and Python held before training is not the model's)."""
+    peak, runtime = data.get("step_peak_bytes"), data.get("runtime_heap_bytes")
+    if not isinstance(peak, int) or peak <= 0:
+        return None
+    if isinstance(runtime, int) and 0 < runtime < peak:
+        return peak - runtime
+    return peak
+
+
 def module_label(row: Mapping[str, Any]) -> str:
     return str(row.get("label") or row.get("module") or "(own)")
 
@@ -286,6 +297,7 @@ __all__ = ["ADDITIVE", "HELD", "MAX_EVENT_BYTES", "MAX_ROWS", "OTHERS", "ROW_FIE
            "SORT_KEYS", "SORT_TITLES", "ancestor", "at_depth", "block_groups", "bound_rows",
            "choose_depth", "depth", "event_size", "fit_event", "fold_to", "has_children",
            "held_bytes", "is_others", "merge", "module_label", "next_sort_key", "parents",
+           "peak_base",
            "pattern", "sort_rows", "totals"]
 
 
