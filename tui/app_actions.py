@@ -197,10 +197,13 @@ class AppActions:
 
     def action_view(self: Any) -> None:
         """The next view of the lower area that looks different: from 100 columns the chart,
-        top ops and ledger show side by side, so `v` goes chart -> step split (-> ranks)."""
+        top ops, modules and ledger show side by side, so `v` goes chart -> step split (->
+        ranks); the modules view only once a memory window was asked for."""
         views = self.views
         if self.screen.has_class("-wide"):
             views = tuple(v for v in views if v not in SIDE_BY_SIDE)
+        if not self.modules_table.has_class("-shown"):  # no window asked for yet (a)
+            views = tuple(v for v in views if v != "modules")
         current = self.view if self.view in views else "chart"
         self.set_view(views[(views.index(current) + 1) % len(views)])
 

@@ -101,7 +101,7 @@ class MemoryAttribution(StepHook):
         return self._window is not None or self._wanted is not None
 
     # requests ----------------------------------------------------------------------------
-    def open_attribution(self, step: int, trigger: str = "key") -> bool:
+    def open_attribution(self, step: int, trigger: str = "request") -> bool:
         """Open a window at the boundary before ``step`` (or as soon as no profiler window
         traces); False when one is open or waiting already."""
         if self.busy:

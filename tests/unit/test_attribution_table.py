@@ -171,7 +171,7 @@ async def test_a_shows_the_table_within_two_steps_of_the_window_end(make_app, si
         await pilot.press("o")
         assert table.sort_key == "forward_peak_bytes" and "fwd peak▼" in table.text
         events = events_named(app.run_dir, R.MEMORY_ATTRIBUTION)
-        assert events and events[0]["trigger"] == "key"
+        assert events and events[0]["trigger"] == "request"  # the control event says who
         await pilot.press("a")  # a second window ...
         await wait_for(pilot, lambda: len(events_named(app.run_dir, R.ATTRIBUTION_STARTED))
                        == 2, "the second window")
