@@ -10,8 +10,9 @@
 Records cross threads as frozen dataclasses with units in their field names and are written one
 JSON object a line to metrics.jsonl (probes/runfolder/). Each event kind is declared once in
 ``EVENT_KINDS`` (probes/records/events.py): its fields with their types, whether headless output
-prints it, and its summary. The bottom of the layers above tools/: imports nothing but tools/,
-never torch (docs/ARCHITECTURE.md).
+prints it, and its summary. A memory attribution window's rows and hints are read with
+probes/records/attribution.py and attribution_hints.py. The bottom of the layers above tools/:
+imports nothing but tools/, never torch (docs/ARCHITECTURE.md).
 """
 
 from __future__ import annotations
