@@ -13,9 +13,9 @@ StepHook (hooks.py): ``setup(ctx)`` once, ``step_context(step)`` around the step
 
 Modules: hooks (StepHook, RunContext), profwindow (the window's state machine) and proftrace
 (what it writes, stderr kept off the terminal), attribution (MemoryAttribution: the memory
-window) and modmemory (ModuleMeter: its per-module hooks for one step), leak (LeakDetector: the rule) and leakwatch
-(LeakWatch: the hook that feeds it), ledger (the Ledger hook and its formulas) and tensor_bytes
-(bytes by storage, what autograd saves), hints.
+window) and modmemory (ModuleMeter: its per-module hooks for one step), leak (LeakDetector: the
+rule) and leakwatch (LeakWatch: the hook that feeds it), ledger (the Ledger hook and its
+formulas) and tensor_bytes (bytes by storage, what autograd saves), hints.
 Names load lazily (probes/tools/lazy.py): these modules import torch.
 """
 
