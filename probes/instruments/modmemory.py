@@ -98,11 +98,10 @@ class PeakReader:
         return (time.perf_counter() - t0) / reads
 
     def read(self) -> tuple[int, int] | None:
-        if self.cuda:
-            stats = torch.cuda.memory_stats(self.device)
+        if self.cuda:  # the nested dict: memory_stats() flattens ~120 keys in Python besides
+            stats = torch.cuda.memory_stats_as_nested_dict(self.device)["allocated_bytes"]
             torch.cuda.reset_peak_memory_stats(self.device)
-            return (int(stats.get("allocated_bytes.all.current", 0)),
-                    int(stats.get("allocated_bytes.all.peak", 0)))
+            return int(stats["all"]["current"]), int(stats["all"]["peak"])
         heap = heap_counters()
         return (heap[0], heap[0]) if heap is not None else None
 
