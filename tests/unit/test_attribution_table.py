@@ -130,7 +130,7 @@ def test_run_state_follows_a_window():
 
 # ---- the key on a real run -----------------------------------------------------------------------
 class _Pace(StepHook):
-    """Steps at a slow model's pace (~0.15 s), and which step first ended with the table on
+    """Steps at a slow model's pace (~0.25 s), and which step first ended with the table on
     screen: the tiny model's ~5 ms steps are shorter than one frame."""
 
     def __init__(self, app_box: list) -> None:
@@ -143,7 +143,7 @@ class _Pace(StepHook):
         app = self.app_box[0] if self.app_box else None
         if self.shown_at is None and app is not None and app.modules_table.loaded:
             self.shown_at = step
-        time.sleep(0.15)
+        time.sleep(0.25)
 
 
 @pytest.mark.slow
