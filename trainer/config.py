@@ -163,6 +163,8 @@ class TrainConfig:
     profile_at: list[int] = field(default_factory=list)  # steps at which to open a window
     profile_memory: bool = False  # record allocations in the profiler window (costs more)
     profile_record_shapes: bool = False  # record input shapes (stopping the profiler costs ~3x)
+    attribute_at: list[int] = field(default_factory=list)  # steps to open a memory window at
+    attribute_steps: int = 1  # measured steps of a memory attribution window (after 1 warm-up)
     leak: str = "graph"  # leak demo kind: graph | logits
     leak_at: int | None = None  # start the leak demo at this step without a key press
     leak_stop_at: int | None = None  # and stop (fix) it at this step
@@ -178,7 +180,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         positive = ("batch_size", "seq_len", "block_size", "layers", "heads", "dim",
-                    "profile_active")
+                    "profile_active", "attribute_steps")
         for name in positive:
             value = getattr(self, name)
             if not isinstance(value, int) or value <= 0:
@@ -218,6 +220,13 @@ class TrainConfig:
             if self.steps and step > self.steps:
                 raise ValueError(f"--profile-at {step} is after the run's last step "
                                  f"(--steps {self.steps}): the window would never open")
+        for step in self.attribute_at:
+            if step <= 0:
+                raise ValueError(f"--attribute-at {step} must be a positive step number")
+            if self.steps and step + self.attribute_steps > self.steps:
+                raise ValueError(f"--attribute-at {step} is too late for the run's last step "
+                                 f"(--steps {self.steps}): its warm-up and "
+                                 f"{self.attribute_steps} measured step(s) would not fit")
         if self.leak_at is not None and self.leak_at <= 0:
             raise ValueError(f"--leak-at {self.leak_at} must be a positive step number")
         if self.leak_stop_at is not None:
@@ -272,7 +281,13 @@ class TrainConfig:
                 "profile_wait", "profile_warmup", "profile_active"))
             if all(isinstance(w, int) for w in (window, steps)):
                 values["steps"] = max(steps, max(at) + window)
+        steps, at = values.get("steps", base.steps), typed.get("attribute_at") or []
+        if "steps" not in typed and steps and at and all(isinstance(a, int) for a in at):
+            window = values.get("attribute_steps", base.attribute_steps)  # + 1 warm-up step
+            if all(isinstance(w, int) for w in (window, steps)):
+                values["steps"] = max(steps, max(at) + window)
         values["profile_at"] = list(values.get("profile_at") or [])
+        values["attribute_at"] = list(values.get("attribute_at") or [])
         return cls(**values)
 
     def resolve(self) -> tuple[torch.device, str]:
@@ -295,10 +310,12 @@ class TrainConfig:
 
     def hook_options(self) -> dict[str, Any]:
         """The keywords of probes.monitor.default_hooks for this run's instruments: the
-        profiler window's schedule, --profile-at and what the window records."""
+        profiler window's schedule, --profile-at and what the window records, and the memory
+        attribution window's --attribute-at and measured steps."""
         return {"profile_schedule": (self.profile_wait, self.profile_warmup, self.profile_active),
                 "profile_at": self.profile_at, "profile_memory": self.profile_memory,
-                "profile_record_shapes": self.profile_record_shapes}
+                "profile_record_shapes": self.profile_record_shapes,
+                "attribute_at": self.attribute_at, "attribute_steps": self.attribute_steps}
 
     def to_json(self) -> dict[str, Any]:
         """What config.json holds: the options as given. The machine that runs adds the

@@ -36,7 +36,7 @@ from tui.panes import PANES, chart_labels, grid_size, pane_labels
 from tui.run_end import RunEnd
 from tui.sources import FolderSource, RunSource
 from tui.status_bars import StatusBars
-from tui.trainer_source import DeferredTrainer, TrainerSource
+from tui.trainer_source import DeferredTrainer, EventWake, TrainerSource
 from tui.widgets.admission_line import AdmissionLine
 from tui.widgets.baseline_bar import BaselineBar
 from tui.widgets.culprit_box import CulpritBox
@@ -48,6 +48,7 @@ from tui.widgets.leak_banner import LeakBanner
 from tui.widgets.ledger import LedgerPane
 from tui.widgets.memory_chart import MemoryChart
 from tui.widgets.metric_pane import MetricPane
+from tui.widgets.module_memory import ModuleMemoryTable
 from tui.widgets.phase_throughput import PhaseThroughputPane
 from tui.widgets.rank_table import RankTable
 from tui.widgets.status_line import StatusLine
@@ -61,7 +62,7 @@ if TYPE_CHECKING:
 REFRESH_S = 0.5  # 2 Hz: the rate docs/ARCHITECTURE.md records at 0.98 of headless throughput
 # (tui/app_refresh.py)
 CHART_EVERY_S = 5.0  # plotext rebuilds cost ~30 ms: rarely
-VIEWS = ("chart", "ops", "ledger", "split")
+VIEWS = ("chart", "ops", "modules", "ledger", "split")
 FIRST_SAMPLE_POLL_S = 0.05  # until the first sample: startup target is the bare floor + 0.2 s
 
 
@@ -77,6 +78,7 @@ class MemtopApp(RefreshLoop, LiveEvents, StatusBars, RanksView, AppActions, Noti
     VERTICAL_BREAKPOINTS = [(0, "-short"), (32, "-tall")]
     BINDINGS = [
         Binding("p", "profile", "profile"),
+        Binding("a", "attribute", "modules"),
         Binding("l", "leak", "leak"),
         Binding("space", "pause", "pause"),
         Binding("space", "resume", "resume"),  # one of the two is shown (tui/key_roles.py)
@@ -139,9 +141,10 @@ class MemtopApp(RefreshLoop, LiveEvents, StatusBars, RanksView, AppActions, Noti
         frame is on screen first (tui/trainer_source.py DeferredTrainer); the device is then learnt
         from the run_started row."""
         ring: Ring[Record] = Ring(maxlen=4096)
+        wake = EventWake()
         trainer: Any
         if deferred:
-            trainer = DeferredTrainer(config, run_dir, sinks=[ring.push])
+            trainer = DeferredTrainer(config, run_dir, sinks=[ring.push, wake])
             device = str(config.device).strip().lower()
             kwargs.setdefault("device_type", "cuda" if device.startswith("cuda") else "cpu")
         else:
@@ -151,11 +154,12 @@ class MemtopApp(RefreshLoop, LiveEvents, StatusBars, RanksView, AppActions, Noti
             # an app that does not freeze the gc keeps its trainer from freezing it either:
             # a frozen run's cycles (its model, optimizer state) outlive it (issue 45, 6.4 MiB
             # left on the H200 by the dashboard claim)
-            trainer = Trainer(config, run_dir, sinks=[ring.push],
+            trainer = Trainer(config, run_dir, sinks=[ring.push, wake],
                               hooks=default_hooks(**config.hook_options()),
                               freeze_gc=kwargs.get("freeze_gc", True))
             kwargs.setdefault("device_type", config.torch_device.type)
         source = TrainerSource(trainer, ring)
+        source.wake = wake
         source.autostart = autostart
         ending = RunEnd(trainer, trainer.control, Path(run_dir))
         return cls(source, ending=ending, **kwargs)
@@ -237,6 +241,7 @@ class MemtopApp(RefreshLoop, LiveEvents, StatusBars, RanksView, AppActions, Noti
                                   id="chart")
             with Vertical(id="side"):
                 yield TopOpsTable(id="ops")
+                yield ModuleMemoryTable(id="modules")
                 yield LedgerPane(id="ledger")
         yield BaselineBar(id="baseline")
         yield StatusLine(id="status")
@@ -256,6 +261,7 @@ class MemtopApp(RefreshLoop, LiveEvents, StatusBars, RanksView, AppActions, Noti
         self.chart_box = self.query_one("#chart-box")  # kept: queried late, it may be gone
         self.chart_box.border_title = self.chart.title()
         self.ops_table = self.query_one(TopOpsTable)
+        self.modules_table = self.query_one(ModuleMemoryTable)
         self.ledger = self.query_one(LedgerPane)
         self.rank_table = self.query_one(RankTable)
         self.step_split = self.query_one(StepSplitPane)
@@ -271,6 +277,9 @@ class MemtopApp(RefreshLoop, LiveEvents, StatusBars, RanksView, AppActions, Noti
         # for seconds and would otherwise delay it (benchmarks/RESULTS.md, "Startup")
         self.call_after_refresh(self.source.start)
         self.set_interval(self.refresh_s, self.refresh_from_source)
+        wake = getattr(self.source, "wake", None)
+        if wake is not None:  # the table a user waits for: on screen at once, not next tick
+            wake.callback = lambda: self._on_loop(self.refresh_from_source)
         self.refresh_from_source()
         if self.ring is not None:  # the first sample on screen at once, not at the next tick
             self._first_sample_timer = self.set_interval(FIRST_SAMPLE_POLL_S,
@@ -295,7 +304,8 @@ class MemtopApp(RefreshLoop, LiveEvents, StatusBars, RanksView, AppActions, Noti
             os.write(2, event.text.encode("utf-8", "replace"))
 
     def set_view(self, view: str) -> None:
-        """Which of chart / top ops / ledger fills the lower area on narrow terminals."""
+        """Which of chart / top ops / modules / ledger fills the lower area on narrow
+        terminals."""
         lower = self.query_one("#lower")
         lower.set_class(False, f"view-{self.view}")
         self.view = view

@@ -24,7 +24,7 @@ from tui.widgets.confirm import ConfirmScreen
 from tui.widgets.help_screen import HelpScreen
 
 # views that show beside the chart from 100 columns (tui/memtop.tcss): `v` skips them there
-SIDE_BY_SIDE = ("ops", "ledger")
+SIDE_BY_SIDE = ("ops", "modules", "ledger")
 
 
 class AppActions:
@@ -34,6 +34,8 @@ class AppActions:
         self._quitting = False
         self._quit_forced = False
         self._profile_requested = False
+        self._attribution_requested = False
+        self._sort_target = "ops"  # the table `o` sorts: the one whose content came last
         self._leak_toggling = False
         self._pause_pending: str | None = None  # "pause" / "resume" until the run says so
         self.quit_signal: int | None = None  # SIGTERM/SIGHUP that asked for the quit
@@ -78,6 +80,7 @@ class AppActions:
 
     def _request_refused(self: Any, kind: str, error: str) -> None:
         self._profile_requested = self._leak_toggling = False
+        self._attribution_requested = False
         self._pause_pending = None
         self.notify(f"{kind}: {error}", severity="warning", timeout=5)
         self.update_status()
@@ -94,6 +97,27 @@ class AppActions:
         else:
             self.send("profile")
             self._profile_requested = True
+        self.update_status()
+
+    def action_attribute(self: Any) -> None:
+        """`a`: a memory attribution window (which module holds the memory), acted on by the
+        training thread at the next step boundary; `a` again cancels it."""
+        if self._run_over():
+            return
+        if not self.can("attribute"):
+            self.notify("this run has no memory attribution window", severity="warning",
+                        timeout=3)
+            return
+        if self.run_state.attribution is not None or self._attribution_requested:
+            self.send("attribute_cancel")
+            self._attribution_requested = False
+        else:
+            self.send("attribute")
+            self._attribution_requested = True
+            self.modules_table.set_note("memory window requested: 1 warm-up step, then the "
+                                        "measured step(s)…")
+            if self.size.width < 100 and not self.modules_table.loaded:
+                self.set_view("modules")
         self.update_status()
 
     def action_leak(self: Any) -> None:
@@ -158,16 +182,28 @@ class AppActions:
 
     # views and files ----------------------------------------------------------------------------
     def action_sort(self: Any) -> None:
+        """`o`: the sort of the table in view (narrow), else of the one that came last."""
+        target = self.view if self.view in ("ops", "modules") else self._sort_target
+        if target == "modules" and self.modules_table.loaded:
+            self.modules_table.cycle_sort()
+            return
         title = self.ops_table.cycle_sort()
         if title is None:
-            self.notify("no top-ops table yet: press p first", timeout=3)
+            if self.modules_table.loaded:
+                self.modules_table.cycle_sort()
+                return
+            self.notify("no table to sort yet: p opens a profiler window, a a memory window",
+                        timeout=3)
 
     def action_view(self: Any) -> None:
         """The next view of the lower area that looks different: from 100 columns the chart,
-        top ops and ledger show side by side, so `v` goes chart -> step split (-> ranks)."""
+        top ops, modules and ledger show side by side, so `v` goes chart -> step split (->
+        ranks); the modules view only once a memory window was asked for."""
         views = self.views
         if self.screen.has_class("-wide"):
             views = tuple(v for v in views if v not in SIDE_BY_SIDE)
+        if not self.modules_table.has_class("-shown"):  # no window asked for yet (a)
+            views = tuple(v for v in views if v != "modules")
         current = self.view if self.view in views else "chart"
         self.set_view(views[(views.index(current) + 1) % len(views)])
 

@@ -209,7 +209,8 @@ def leak_demo_text(kind: str | None, active: bool, since: int | None, toggling: 
 
 
 # the footer's shorter words, for a row of keys that does not fit (the help has them in full)
-FOOTER_SHORT = {"profile": "prof", "report": "rep", "who holds": "who", "stop run": "stop"}
+FOOTER_SHORT = {"profile": "prof", "report": "rep", "who holds": "who", "stop run": "stop",
+                "modules": "mod"}
 
 
 def footer_width(keys: list[tuple[str, str]]) -> int:

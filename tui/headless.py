@@ -52,6 +52,7 @@ class HeadlessPrinter:
     def __init__(self, log_every: int, out: TextIO) -> None:
         self.log_every = log_every
         self.out = out
+        self.ledger: dict | None = None  # the last ledger: a module table's total checks it
 
     def __call__(self, record: Record) -> None:
         if isinstance(record, StepSample):
@@ -64,6 +65,13 @@ class HeadlessPrinter:
             print(format_event_line(record), file=self.out, flush=True)
             if record.event == R.ERROR and record.data.get("traceback"):
                 print(record.data["traceback"], file=sys.stderr, flush=True)
+            if record.event == R.MEMORY_ATTRIBUTION:  # the table the dashboard shows
+                from tui.format_attribution import table_lines
+
+                lines = table_lines(record.data, "activations_bytes", 76, self.ledger)
+                print("\n".join("  " + ln for ln in lines), file=self.out, flush=True)
+        elif record.event == R.LEDGER:
+            self.ledger = record.data
 
 
 def run_headless(config: TrainConfig, run_dir: Path, log_every: int = 10,

@@ -9,11 +9,13 @@ from typing import Any
 
 TRAIN, VIEW, ENDED = "train", "view", "ended"
 # actions that need a live run (its training thread acts on them at a step boundary)
-STEERING = ("profile", "leak", "pause", "resume", "stop_run", "who_holds", "snapshot")
-STEERING_KEYS = ("p", "l", "space", "w", "m")  # their keys in the help's lines
+STEERING = ("profile", "attribute", "leak", "pause", "resume", "stop_run", "who_holds",
+            "snapshot")
+STEERING_KEYS = ("p", "a", "l", "space", "w", "m")  # their keys in the help's lines
 VIEW_QUIT = "leave the viewer; the run goes on (x stops it)"
 VIEW_STOP = ("x", "stop the run itself at its next step boundary (asks first)")
-ENDED_QUIT = "quit (the run has ended: nothing to profile, leak, pause or look into)"
+ENDED_QUIT = ("quit (the run has ended: nothing to profile, attribute, leak, pause or look "
+              "into)")
 
 
 def key_role(app: Any) -> str:

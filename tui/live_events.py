@@ -80,6 +80,7 @@ class LiveEvents:
 
     def _profile_done(self: Any, event: Event) -> None:
         self._profile_requested = False
+        self._sort_target = "ops"
         # several ranks: the panes' rank (0) says so in the table's title
         self.ops_table.show_window(event.step, event.data,
                                    rank=event.rank if self.ranks_mode else None)
@@ -90,6 +91,29 @@ class LiveEvents:
 
     def _ledger(self: Any, event: Event) -> None:
         self.ledger.show_ledger(event.data)
+        self.modules_table.set_ledger(event.data)  # its total line reconciles with it
+
+    def _attribution_started(self: Any, event: Event) -> None:
+        self._attribution_requested = False
+        self.modules_table.set_note(f"memory window open at step {event.step}: "
+                                    f"{event.summary()}")
+
+    def _attribution_cancelled(self: Any, event: Event) -> None:
+        self._attribution_requested = False
+        self.modules_table.set_note("memory window cancelled; press a to open a new one")
+        if not self.replaying:
+            self.notify(f"memory window cancelled: {event.data.get('reason', '')}", timeout=3)
+
+    def _memory_attribution(self: Any, event: Event) -> None:
+        """The window's table, in the side column (narrow: in the chart's place)."""
+        self._attribution_requested = False
+        self._sort_target = "modules"
+        self.modules_table.show_window(event.step, event.data, self.ledger.data)
+        if self.size.width < 100:
+            self.set_view("modules")
+        if not self.replaying:
+            self.notify(f"modules ready (step {event.step}): {event.summary()}; o changes "
+                        "the sort", timeout=5)
 
     def _leak_demo_started(self: Any, event: Event) -> None:
         self._leak_toggling = False
@@ -142,6 +166,9 @@ LIVE_EVENTS: dict[str, Callable[[Any, Event], None]] = {
     R.PROFILE_CANCELLED: LiveEvents._profile_cancelled,
     R.PROFILE_DONE: LiveEvents._profile_done,
     R.LEDGER: LiveEvents._ledger,
+    R.ATTRIBUTION_STARTED: LiveEvents._attribution_started,
+    R.ATTRIBUTION_CANCELLED: LiveEvents._attribution_cancelled,
+    R.MEMORY_ATTRIBUTION: LiveEvents._memory_attribution,
     R.LEAK_DEMO_STARTED: LiveEvents._leak_demo_started,
     R.LEAK_DEMO_STOPPED: LiveEvents._leak_demo_stopped,
     R.PAUSED: LiveEvents._paused_or_resumed,

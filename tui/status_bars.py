@@ -10,6 +10,7 @@ from typing import Any
 
 from probes.records import switches_text
 from tui.format import fit, header_text, leak_demo_text, profile_text, state_text
+from tui.format_attribution import attribution_text
 from tui.format_panels import baseline_text
 
 
@@ -57,6 +58,9 @@ class StatusBars:
             leak_demo_text(st.leak_kind or self.config.get("leak"), st.leak_active,
                            st.leak_since, self._leak_toggling, self.can("leak_start")),
         ]
+        if st.attribution_phase or self._attribution_requested or st.attribution_done_step:
+            parts.insert(1, attribution_text(st.attribution_phase, self._attribution_requested,
+                                             self.can("attribute"), st.attribution_done_step))
         if st.state == "failed":
             parts.append(f"failed at step {st.step}: {st.error or st.stop_reason or '?'}")
         elif st.finished:  # the header's word, with the reason when it says more

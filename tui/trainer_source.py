@@ -10,12 +10,29 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from probes import records as R
 from probes.control.requests import Request, RunControl
-from probes.records import Record
+from probes.records import Event, Record
 from probes.runfolder.state import RunState
 from probes.tools.ring import Ring
 from trainer.background import BackgroundRun
 from tui.sources import RunSource
+
+
+class EventWake:
+    """A sink beside the ring: an event a user waits for (a memory attribution window's table)
+    asks the dashboard for a refresh at once instead of at its next 2 Hz tick. One
+    ``call_soon_threadsafe`` (tui/app_actions.py ``_on_loop``): it never waits for the UI."""
+
+    kinds = frozenset({R.MEMORY_ATTRIBUTION})
+
+    def __init__(self) -> None:
+        self.callback: Any = None  # set by the app once mounted
+
+    def __call__(self, record: Record) -> None:
+        callback = self.callback
+        if callback is not None and isinstance(record, Event) and record.event in self.kinds:
+            callback()
 
 
 class TrainerSource(RunSource):
@@ -30,6 +47,7 @@ class TrainerSource(RunSource):
         self.config = trainer.config.to_json()
         self.control: RunControl = trainer.control
         self.autostart = True
+        self.wake: EventWake | None = None  # set by MemtopApp.for_run
 
     def start(self) -> None:
         if self.autostart:

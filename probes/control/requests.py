@@ -14,7 +14,7 @@ from dataclasses import dataclass
 # What may be requested. Explicit verbs, not toggles: two viewers pressing `p` at once must not
 # open and cancel the same window.
 REQUESTS = ("profile", "profile_cancel", "leak_start", "leak_stop", "pause", "resume",
-            "report", "stop", "memory_snapshot", "who_holds")
+            "report", "stop", "memory_snapshot", "who_holds", "attribute", "attribute_cancel")
 
 
 @dataclass(frozen=True)
@@ -67,6 +67,13 @@ class RunControl:
 
     def cancel_profile(self, source: str = "keyboard") -> None:
         self.submit(Request("profile_cancel", source=source))
+
+    def request_attribution(self, source: str = "keyboard") -> None:
+        """A memory attribution window (probes/instruments/attribution.py)."""
+        self.submit(Request("attribute", source=source))
+
+    def cancel_attribution(self, source: str = "keyboard") -> None:
+        self.submit(Request("attribute_cancel", source=source))
 
     def start_leak(self, source: str = "keyboard") -> None:
         self.submit(Request("leak_start", source=source))

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -91,6 +91,9 @@ class Ledger(StepHook):
         self.measured_steps: list[int] = []
         self.latest: dict[str, Any] | None = None
         self.failed: str | None = None  # why the ledger stopped measuring, if it did
+        # True while another instrument's saved-tensor hooks own the step (a memory attribution
+        # window, set by the Monitor): a measurement due then is taken at the step after
+        self.yield_to: Callable[[], bool] | None = None
 
     def setup(self, ctx: RunContext) -> None:
         self.ctx = ctx
@@ -116,6 +119,9 @@ class Ledger(StepHook):
 
     def step_context(self, step: int) -> contextlib.AbstractContextManager[Any]:
         if not self.due(step):
+            return contextlib.nullcontext()
+        if self.yield_to is not None and self.yield_to():
+            self._force_next = True
             return contextlib.nullcontext()
         return self._measure(step)
 

@@ -26,7 +26,7 @@ import torch
 
 from probes import records as R
 from probes.monitor.monitor import Monitor, StepScope
-from probes.records.errors import MemtopError, MonitorArgumentError
+from probes.records.errors import MemtopError, MonitorArgumentError, MonitorStateError
 from probes.runfolder import create_run_dir
 
 # Monitor keywords a user may pass through a callback; the rest the callback sets itself.
@@ -34,7 +34,7 @@ MONITOR_OPTIONS = frozenset({
     "warmup_steps", "profile_at", "profile_schedule", "profile_memory", "profile_record_shapes",
     "leak_watch", "ledger", "profiler", "listen", "max_memory_bytes", "flops_per_token",
     "write_report", "sinks", "extra_hooks", "non_finite", "memory_history", "metrics_port",
-    "metrics_bind"})
+    "metrics_bind", "attribution", "attribute_at", "attribute_steps"})
 
 OUTPUTS_HINT = ("the model's outputs are kept every step (memtop's demo: a list of each "
                 "step's logits, as a callback that collects predictions would); drop them, or "
@@ -214,6 +214,16 @@ class StepDriver:
     @property
     def open_step(self) -> bool:
         return self.scope is not None
+
+    def request_attribution(self) -> None:
+        """A memory attribution window from the framework's next step on (the Monitor's
+        ``request_attribution``); MonitorStateError before training began."""
+        mon = self.monitor
+        if mon is None or mon.closed:
+            raise MonitorStateError("no training run is open: a window is requested once the "
+                                    "framework has begun training (on_train_begin / "
+                                    "on_train_start)")
+        mon.request_attribution("callback")
 
     def begin(self) -> None:
         """The framework starts an optimizer step (its first micro-batch)."""

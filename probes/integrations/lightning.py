@@ -60,7 +60,8 @@ class MemtopCallback(_pl.Callback):
     docstring. ``run_dir`` (default ``trainer.default_root_dir/memtop``) gets a fresh run
     folder per ``fit()``; ``run_folder`` is that exact folder; ``tokens_per_step`` /
     ``samples_per_step`` replace the counts taken from the batches; any other keyword is the
-    Monitor's (``warmup_steps``, ``profile_at``, ``max_memory_bytes``, ``leak_watch``, ...)."""
+    Monitor's (``warmup_steps``, ``profile_at``, ``attribute_at``, ``max_memory_bytes``,
+    ``leak_watch``, ...)."""
 
     def __init__(self, run_dir: str | os.PathLike[str] | None = None, *,
                  run_folder: str | os.PathLike[str] | None = None,
@@ -75,6 +76,11 @@ class MemtopCallback(_pl.Callback):
     def monitor(self) -> Any:
         """The Monitor of the run in progress (None outside ``fit()``)."""
         return self.driver.monitor
+
+    def request_attribution(self) -> None:
+        """A memory attribution window from the next optimizer step on (``a`` in a viewer, or
+        ``attribute_at=[STEP]`` given to the callback, do the same); only during ``fit()``."""
+        self.driver.request_attribution()
 
     # the run ----------------------------------------------------------------------------------
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:

@@ -69,7 +69,8 @@ class MemtopCallback(TrainerCallback):
     docstring. ``run_dir`` (default ``args.output_dir/memtop``) gets a fresh run folder per
     ``train()``; ``run_folder`` is that exact folder; ``tokens_per_step`` / ``samples_per_step``
     replace the counts taken from each forward's ``input_ids``; any other keyword is the
-    Monitor's (``warmup_steps``, ``profile_at``, ``max_memory_bytes``, ``leak_watch``, ...)."""
+    Monitor's (``warmup_steps``, ``profile_at``, ``attribute_at``, ``max_memory_bytes``,
+    ``leak_watch``, ...)."""
 
     def __init__(self, run_dir: str | os.PathLike[str] | None = None, *,
                  run_folder: str | os.PathLike[str] | None = None,
@@ -84,6 +85,11 @@ class MemtopCallback(TrainerCallback):
     def monitor(self) -> Any:
         """The Monitor of the run in progress (None outside ``train()``)."""
         return self.driver.monitor
+
+    def request_attribution(self) -> None:
+        """A memory attribution window from the next optimizer step on (``a`` in a viewer, or
+        ``attribute_at=[STEP]`` given to the callback, do the same); only during ``train()``."""
+        self.driver.request_attribution()
 
     # the run ----------------------------------------------------------------------------------
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None,

@@ -38,8 +38,10 @@ from probes.control.requests import RunControl
 from probes.control.unix_socket import ControlServer
 from probes.counters.device_index import indexed_device
 from probes.counters.nvml import NvmlPoller
+from probes.instruments.attribution import MemoryAttribution
 from probes.instruments.hints import HintWatch
 from probes.instruments.hooks import GPTShape, StepHook, StepTensors, overriding
+from probes.instruments.ledger import Ledger
 from probes.instruments.phases import PhaseClock
 from probes.monitor.forward_hook import ForwardCounter
 from probes.monitor.guard import MemoryGuard
@@ -75,7 +77,9 @@ class Monitor:
     existing folder); ``config`` (written to config.json); ``amp`` ("off", "bf16", "fp16"; seen
     in the forward pass when not given); ``warmup_steps`` (peaks reset after them, instruments
     ignore them); ``max_steps``; ``profile_at`` steps and the window's ``profile_schedule``
-    (wait, warmup, active); ``leak_watch``, ``ledger``, ``profiler``, ``listen`` (the request
+    (wait, warmup, active); ``attribute_at`` steps and ``attribute_steps`` (a memory attribution
+    window: per-module bytes, probes/instruments/attribution.py; ``request_attribution()`` opens
+    one); ``leak_watch``, ``ledger``, ``profiler``, ``attribution``, ``listen`` (the request
     socket) to switch parts off; ``max_memory_bytes`` (stop before that); ``flops_per_token``
     (MFU in the report; unknown otherwise); ``write_report`` at close; ``requests`` (request
     kinds this class cannot do itself, with handlers; announced in run_started); ``non_finite``
@@ -101,7 +105,8 @@ class Monitor:
                  profile_schedule: tuple[int, int, int] = (1, 1, 3),
                  profile_memory: bool = False, profile_record_shapes: bool = False,
                  leak_watch: bool = True, ledger: bool = True, profiler: bool = True,
-                 listen: bool = True, max_memory_bytes: int | None = None,
+                 attribution: bool = True, attribute_at: Iterable[int] = (),
+                 attribute_steps: int = 1, listen: bool = True, max_memory_bytes: int | None = None,
                  flops_per_token: float | None = None, model_shape: GPTShape | None = None,
                  write_report: bool = True, sinks: Iterable[Sink] = (),
                  control: RunControl | None = None, session: RunSession | None = None,
@@ -158,15 +163,23 @@ class Monitor:
         self._tracing = False
         self.leak_active = False  # set by a loop that runs memtop's leak demo
         self.memory = session.open(device, memory_history=memory_history)
+        extra_hooks = list(extra_hooks)
         self.hooks = default_hooks(profiler=profiler, profile_schedule=profile_schedule,
                                    profile_at=profile_at, profile_memory=profile_memory,
                                    profile_record_shapes=profile_record_shapes,
-                                   leak_watch=leak_watch, ledger=ledger, extra=extra_hooks)
+                                   leak_watch=leak_watch, ledger=ledger,
+                                   attribution=attribution and not any(
+                                       isinstance(h, MemoryAttribution) for h in extra_hooks),
+                                   attribute_at=attribute_at, attribute_steps=attribute_steps,
+                                   extra=extra_hooks)
         if not any(isinstance(h, HintWatch) for h in self.hooks):
             self.hooks.append(HintWatch())  # the tutorial's pitfalls, each said once
         # CUDA: the host heap is read at the step's end only for an instrument that watches it
         self.memory.host_heap = any(getattr(h, "wants_host_heap", False) for h in self.hooks)
         self.profiler = next((h for h in self.hooks if hasattr(h, "open_window")), None)
+        self.attribution = next((h for h in self.hooks if isinstance(h, MemoryAttribution)),
+                                None)
+        self._wire_attribution()
         self.ctx = session.context(model, optimizer, scaler, self._amp,
                                    warmup_steps=warmup_steps, max_steps=max_steps,
                                    model_shape=model_shape, config=dict(config or {}),
@@ -184,6 +197,9 @@ class Monitor:
         if self.profiler is not None:
             session.offer("profile", self.profiler.open_window)
             session.offer("profile_cancel", self.profiler.cancel)
+        if self.attribution is not None:
+            session.offer("attribute", self.attribution.open_attribution)
+            session.offer("attribute_cancel", self.attribution.cancel_attribution)
         handlers = dict(requests or {})
         for kind in sorted(handlers):
             session.offer(kind, handlers[kind])
@@ -220,6 +236,31 @@ class Monitor:
         if self._boundary_done < step:
             self._boundary(step)
         return StepScope(self, step)
+
+    def request_attribution(self, source: str = "api") -> None:
+        """A memory attribution window from the next step boundary on (one warm-up step, then
+        ``attribute_steps`` measured ones): a ``memory_attribution`` event with each module's
+        parameters, gradients, optimizer state, saved activations and forward peak. Safe from
+        any thread; MonitorStateError when this Monitor has no attribution window."""
+        if self.attribution is None:
+            raise MonitorStateError("this Monitor was made with attribution=False")
+        self.control.request_attribution(source)
+
+    def cancel_attribution(self, source: str = "api") -> None:
+        """End an open (or requested) attribution window at the next step boundary."""
+        self.control.cancel_attribution(source)
+
+    def _wire_attribution(self) -> None:
+        """The attribution window waits while a profiler window traces; the ledger leaves the
+        window's steps alone (both use saved-tensor hooks: only the innermost sees tensors)."""
+        attr, profiler = self.attribution, self.profiler
+        if attr is None:
+            return
+        if profiler is not None:
+            attr.blocked = lambda: bool(profiler.tracing)
+        for hook in self.hooks:
+            if isinstance(hook, Ledger):
+                hook.yield_to = lambda: attr.attributing
 
     @property
     def step_count(self) -> int:

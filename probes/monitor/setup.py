@@ -64,9 +64,12 @@ def make_folder(run_dir: Any, run_folder: Any) -> Path:
 def default_hooks(*, profiler: bool = True, profile_schedule: tuple[int, int, int] = (1, 1, 3),
                   profile_at: Iterable[int] = (), profile_memory: bool = False,
                   profile_record_shapes: bool = False, leak_watch: bool = True,
-                  ledger: bool = True, extra: Iterable[StepHook] = ()) -> list[StepHook]:
-    """Profiler window, leak detector, ``extra`` and the memory ledger, in the order they see
-    each step."""
+                  ledger: bool = True, attribution: bool = True,
+                  attribute_at: Iterable[int] = (), attribute_steps: int = 1,
+                  extra: Iterable[StepHook] = ()) -> list[StepHook]:
+    """Profiler window, memory attribution window, leak detector, ``extra`` and the memory
+    ledger, in the order they see each step (the attribution window's hooks go on before the
+    ledger decides whether to measure: it leaves a window's steps alone)."""
     hooks: list[StepHook] = []
     if profiler:
         from probes.instruments.profwindow import ProfilerWindow
@@ -75,6 +78,10 @@ def default_hooks(*, profiler: bool = True, profile_schedule: tuple[int, int, in
         hooks.append(ProfilerWindow(wait, warmup, active, at_steps=list(profile_at),
                                     profile_memory=profile_memory,
                                     record_shapes=profile_record_shapes))
+    if attribution:
+        from probes.instruments.attribution import MemoryAttribution
+
+        hooks.append(MemoryAttribution(attribute_steps, at_steps=list(attribute_at)))
     if leak_watch:
         from probes.instruments.culprits.finder import CulpritFinder
         from probes.instruments.leakwatch import LeakWatch

@@ -10,8 +10,9 @@
 Records cross threads as frozen dataclasses with units in their field names and are written one
 JSON object a line to metrics.jsonl (probes/runfolder/). Each event kind is declared once in
 ``EVENT_KINDS`` (probes/records/events.py): its fields with their types, whether headless output
-prints it, and its summary. The bottom of the layers above tools/: imports nothing but tools/,
-never torch (docs/ARCHITECTURE.md).
+prints it, and its summary. A memory attribution window's rows and hints are read with
+probes/records/attribution.py and attribution_hints.py. The bottom of the layers above tools/:
+imports nothing but tools/, never torch (docs/ARCHITECTURE.md).
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ from probes.records.errors import (  # noqa: F401
 )
 from probes.records.events import (  # noqa: F401
     ADMISSION,
+    ATTRIBUTION_CANCELLED,
+    ATTRIBUTION_STARTED,
     BULKY_FIELDS,
     CACHE_BASELINE,
     CONTROL,
@@ -47,6 +50,7 @@ from probes.records.events import (  # noqa: F401
     LEAK_SUSPECTED,
     LEDGER,
     LEDGER_FAILED,
+    MEMORY_ATTRIBUTION,
     MEMORY_GUARD,
     MEMORY_SNAPSHOT,
     METRICS_WRITE_FAILED,
@@ -186,6 +190,9 @@ __all__ = [
     "REQUEST_DONE",
     "ADMISSION",
     "CACHE_BASELINE",
+    "ATTRIBUTION_STARTED",
+    "MEMORY_ATTRIBUTION",
+    "ATTRIBUTION_CANCELLED",
     "switches_text",
     "EVENT_KINDS",
     "HintKind",

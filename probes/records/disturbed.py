@@ -12,7 +12,11 @@ A step is disturbed when
   buffers are freed into those steps' heap readings, the child's start-up and exit);
 - the culprit finder was looking (``look``: from its first census, ``leak_look``, to its
   second, ``leak_culprit``; tracemalloc runs between them and grows the heap), or it is the step
-  after the second census (``after_look``: the census and the referrer walk are freed then).
+  after the second census (``after_look``: the census and the referrer walk are freed then);
+- a memory attribution window ran it (``attributed``: from its ``attribution_started`` step to
+  its ``memory_attribution``/``attribution_cancelled``; per-module hooks slow its forward and
+  their bookkeeping sits on the heap), or it is the step after (``after_attribution``: the
+  hooks' records are freed into it). probes/instruments/attribution.py.
 
 Two ways to the same answer: live, ``DisturbedSteps`` is fed every event as it is published
 (probes/runfolder/state.py's fold) and names each step as its row is built (the row's
@@ -28,8 +32,11 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from probes.records.events import (
+    ATTRIBUTION_CANCELLED,
+    ATTRIBUTION_STARTED,
     LEAK_CULPRIT,
     LEAK_LOOK,
+    MEMORY_ATTRIBUTION,
     PROFILE_ANALYSING,
     PROFILE_CANCELLED,
     PROFILE_DONE,
@@ -43,19 +50,24 @@ ANALYSIS = "analysis"
 SETTLE = "settle"
 LOOK = "look"
 AFTER_LOOK = "after_look"
+ATTRIBUTED = "attributed"
+AFTER_ATTRIBUTION = "after_attribution"
 REASONS = {  # the row's value -> what it means, for the report and the help
     TRACED: "traced by the profiler",
     ANALYSIS: "run while a profiler window's table was computed",
     SETTLE: "just after a profiler window",
     LOOK: "inside a culprit look",
     AFTER_LOOK: "just after a culprit look",
+    ATTRIBUTED: "inside a memory attribution window",
+    AFTER_ATTRIBUTION: "just after a memory attribution window",
 }
 SETTLE_STEPS = 3  # steps after a window's end whose heap and time still carry it
 
 PEAK_RULE = ("peaks leave out the steps memtop's own diagnosis disturbed (a profiler window's "
              "traced steps, the steps while its table was computed and the 3 after it, a "
-             "culprit look's steps and the one after), as step timing and the leak detector "
-             "do: tracing's own buffers are not the model's memory")
+             "culprit look's steps and the one after, a memory attribution window's steps and "
+             "the one after), as step timing and the leak detector do: tracing's own buffers "
+             "are not the model's memory")
 
 
 def disturbed_reason(row: StepSample | Mapping[str, Any]) -> str | None:
@@ -92,6 +104,8 @@ class DisturbedSteps:
         self._settle_until = 0  # steps up to this one settle after a window
         self._look_since: int | None = None  # the first look's step, while a look is open
         self._after_look = -1  # the step after the last look's second census
+        self._attr_since: int | None = None  # an attribution window's first step, while open
+        self._attr_span = (0, -1)  # the last closed window's first and last step
 
     def event(self, kind: str, step: Any, data: Mapping[str, Any]) -> None:
         """Fold one event (its kind, step and fields)."""
@@ -116,6 +130,15 @@ class DisturbedSteps:
         elif kind == LEAK_CULPRIT:
             self._look_since = None
             self._after_look = step + 1
+        elif kind == ATTRIBUTION_STARTED:
+            self._attr_since = step
+        elif kind in (MEMORY_ATTRIBUTION, ATTRIBUTION_CANCELLED):
+            # its last step is the event's: a window cancelled mid-step names that step
+            if self._attr_since is not None:
+                self._attr_span = (self._attr_since, step)
+            elif kind == MEMORY_ATTRIBUTION:  # a folder cut before its start event
+                self._attr_span = (step, step)
+            self._attr_since = None
 
     def _settle(self, step: int) -> None:
         self._settle_until = max(self._settle_until, step + self.settle_steps)
@@ -124,12 +147,19 @@ class DisturbedSteps:
         """Why ``step`` is disturbed, or None."""
         if traced:
             return TRACED
+        if self._attr_since is not None and step >= self._attr_since:
+            return ATTRIBUTED
+        first, last = self._attr_span
+        if first <= step <= last:
+            return ATTRIBUTED
         if self._analysing and any(step > since for since in self._analysing.values()):
             return ANALYSIS
         if self._look_since is not None and step > self._look_since:
             return LOOK
         if step == self._after_look:
             return AFTER_LOOK
+        if step == last + 1 and last >= 0:
+            return AFTER_ATTRIBUTION
         if step <= self._settle_until:
             return SETTLE
         return None
@@ -180,6 +210,7 @@ def left_out_text(counts: Mapping[str, int]) -> str:
     return ", ".join(f"{n} {REASONS.get(reason, reason)}" for reason, n in counts.items())
 
 
-__all__ = ["AFTER_LOOK", "ANALYSIS", "LOOK", "PEAK_RULE", "REASONS", "SETTLE", "SETTLE_STEPS",
+__all__ = ["AFTER_ATTRIBUTION", "AFTER_LOOK", "ANALYSIS", "ATTRIBUTED", "LOOK", "PEAK_RULE",
+           "REASONS", "SETTLE", "SETTLE_STEPS",
            "TRACED", "DisturbedSteps", "counts_toward_peak", "disturbed_counts",
            "disturbed_reason", "is_disturbed", "left_out_text", "mark_disturbed"]

@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from probes.records.attribution import ATTRIBUTION_FIELDS, attribution_summary
 from probes.records.culprits import LEAK_CULPRIT_FIELDS, culprit_summary
 from probes.records.forecast import fill_text
 from probes.records.phase_ops import split_ranges
@@ -74,7 +75,7 @@ Record = StepSample | Event
 
 # Fields too big for one line of text (they stay in metrics.jsonl and the report).
 BULKY_FIELDS = frozenset({"traceback", "top_ops", "system", "lines", "model", "phases",
-                          "culprits"})
+                          "culprits", "modules", "hints"})
 
 
 def incomplete(event: str, data: Mapping[str, Any]) -> str | None:
@@ -139,6 +140,9 @@ EVALUATE = "evaluate"
 SAVE = "save"
 LEAK_CULPRIT = "leak_culprit"
 LEAK_LOOK = "leak_look"
+ATTRIBUTION_STARTED = "attribution_started"
+MEMORY_ATTRIBUTION = "memory_attribution"
+ATTRIBUTION_CANCELLED = "attribution_cancelled"
 
 _OP_FIELDS = {"name": "str", "calls": "int", "self_cpu_us": "num", "cpu_total_us": "num",
               "self_device_us": "num", "device_total_us": "num", "cpu_memory_bytes": "int",
@@ -324,6 +328,19 @@ _KINDS = (
     EventKind(LEAK_CULPRIT, "what grew between two looks and what holds it (the finder)",
               LEAK_CULPRIT_FIELDS, summary=culprit_summary,
               required=("culprits", "steps")),
+    EventKind(ATTRIBUTION_STARTED, "a memory attribution window opened: per-module hooks for "
+              "its warm-up and measured steps (disturbed: probes/records/disturbed.py)",
+              {"warmup": "int", "steps": "int", "trigger": "str", "modules_hooked": "int"},
+              summary=lambda d: f"{d.get('warmup')} warm-up + {d.get('steps')} measured "
+                                f"step(s), {d.get('trigger')}",
+              required=("warmup", "steps")),
+    EventKind(MEMORY_ATTRIBUTION, "per-module parameters, gradients, optimizer state, saved "
+              "activations and forward peaks over a window (docs/ATTRIBUTION.md)",
+              ATTRIBUTION_FIELDS, summary=attribution_summary,
+              required=("modules", "steps")),
+    EventKind(ATTRIBUTION_CANCELLED, "a memory attribution window ended without a table, and "
+              "why", {"reason": "str"}, summary=lambda d: str(d.get("reason")),
+              required=("reason",)),
     EventKind(LEAK_CLEARED, "the grown counter is flat again", _LEAK_FIELDS,
               summary=lambda d: f"{d.get('counter')} flat since step {d.get('since_step')}",
               required=("counter", "since_step")),

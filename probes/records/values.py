@@ -39,7 +39,8 @@ def has_type(value: Any, kind: Any) -> bool:
 def clean(data: Mapping[str, Any], spec: Mapping[str, Any]) -> dict[str, Any]:
     """``data`` with every field named in ``spec`` of its declared type; others dropped.
 
-    A dict spec means "a dict, cleaned with this spec"; a one-dict list, "a list of such dicts".
+    A dict spec means "a dict, cleaned with this spec"; a one-dict list, "a list of such dicts";
+    a list of one type name, "a list of such values" (others dropped).
     Fields the spec does not name are kept as recorded.
     """
     out: dict[str, Any] = {}
@@ -51,6 +52,8 @@ def clean(data: Mapping[str, Any], spec: Mapping[str, Any]) -> dict[str, Any]:
             continue
         elif isinstance(kind, dict):
             out[key] = clean(value, kind)
+        elif isinstance(kind, list) and not isinstance(kind[0], dict):  # ["int"]: plain values
+            out[key] = [x for x in value if x is not None and has_type(x, kind[0])]
         elif isinstance(kind, list):
             out[key] = [clean(x, kind[0]) for x in value if isinstance(x, dict)]
         else:

@@ -66,6 +66,10 @@ class RunState:
     profile_done_step: int | None = None  # the step of the last window whose table came
     profile_done_window: str | None = None  # its name by its traced steps ('steps 52–54')
     window: ProfileWindow | None = None
+    # a memory attribution window: (first step, warm-up steps, measured steps) while open
+    attribution: tuple[int, int, int] | None = None
+    attribution_phase: str | None = None  # "warm-up", "measuring 1/1", None
+    attribution_done_step: int | None = None  # the step of the last memory_attribution
     leak_active: bool = False
     leak_kind: str | None = None
     leak_since: int | None = None
@@ -116,6 +120,11 @@ class RunState:
             self.amp = s.amp  # a Monitor with amp="auto" learns it in the first forward pass
         if self.state == "starting":
             self.state = "running"
+        if self.attribution is not None:
+            first, warmup, steps = self.attribution
+            done = s.step - first + 1  # this step's window steps are over
+            self.attribution_phase = (f"warm-up {done + 1}/{warmup}" if done + 1 <= warmup
+                                      else f"measuring {min(done + 1 - warmup, steps)}/{steps}")
         if s.profiling and self.window is not None:
             index = s.step - self.window.first_step + 1
             self.profile_phase = (self.window.phase_text(index) if index < self.window.steps
@@ -153,9 +162,21 @@ class RunState:
         elif name in (R.PROFILE_DONE, R.PROFILE_CANCELLED):
             self.profile_phase = None
             self.window = None
+            self.attribution = None
+            self.attribution_phase = None
             if name == R.PROFILE_DONE:
                 self.profile_done_step = e.step
                 self.profile_done_window = R.window_name(R.window_steps(d), e.step)
+        elif name == R.ATTRIBUTION_STARTED:
+            warmup, steps = d.get("warmup"), d.get("steps")
+            self.attribution = (e.step, warmup if isinstance(warmup, int) else 1,
+                                steps if isinstance(steps, int) else 1)
+            self.attribution_phase = "warm-up" if self.attribution[1] else "measuring"
+        elif name in (R.MEMORY_ATTRIBUTION, R.ATTRIBUTION_CANCELLED):
+            self.attribution = None
+            self.attribution_phase = None
+            if name == R.MEMORY_ATTRIBUTION:
+                self.attribution_done_step = e.step
         elif name == R.LEAK_DEMO_STARTED:
             self.leak_active = True
             self.leak_kind = d.get("kind")

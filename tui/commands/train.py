@@ -85,8 +85,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g = p.add_argument_group("training")
     g.add_argument("--steps", type=int_arg, default=None, metavar="N",
                    help=f"optimizer steps, 0 = until stopped (default: {HEADLESS_STEPS} "
-                        "headless, 0 in the dashboard; more if a --profile-at window "
-                        "ends later)")
+                        "headless, 0 in the dashboard; more if a --profile-at or "
+                        "--attribute-at window ends later)")
     _opt(g, "--lr", "lr", "AdamW learning rate", type=float, metavar="LR")
     _opt(g, "--warmup-steps", "warmup_steps", "steps before the peak counters are reset",
          type=int_arg)
@@ -109,6 +109,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
          action="store_true")
     _opt(g, "--profile-shapes", "profile_record_shapes", "also record input shapes (stopping "
          "the profiler then takes ~3x longer)", action="store_true")
+    g = p.add_argument_group("memory attribution window (which module holds the memory)")
+    _opt(g, "--attribute-at", "attribute_at", "open a window at STEP: one warm-up step, then "
+         "the measured ones; a memory_attribution event per window (repeatable)",
+         type=int_arg, action="append", metavar="STEP")
+    _opt(g, "--attribute-steps", "attribute_steps", "measured steps of a window (the `a` "
+         "key's too)", type=int_arg)
     g = p.add_argument_group("leak demo")
     _opt(g, "--leak", "leak", "what `l` and --leak-at leak: graph keeps loss with its "
          "autograd graph each step; logits keeps each step's logits", choices=LEAK_KINDS)

@@ -29,6 +29,14 @@ KEYS = (
     ("p", "profiler window (wait, warmup, active steps), then the top-ops table; "
           "p during a window cancels it. Its traced steps, the steps while the table is "
           "computed and the 3 after are left out of the leak detector, timing and peaks"),
+    ("a", "memory window: which module holds the memory. For 1 warm-up and 1 measured step "
+          "(--attribute-steps) each module's parameters, gradients, optimizer state, "
+          "activations saved for backward and forward peak, as a table sorted by "
+          "activations (blocks, then their children summed over the blocks), its total "
+          "checked against the ledger, and hints with the measured figures (what grows with "
+          "T², what checkpointing would free and cost, the optimizer state's size). a during "
+          "a window cancels it; its steps and the one after are left out of the leak "
+          "detector, timing and peaks"),
     ("l", "leak demo on/off; off drops what was leaked (the fix)"),
     ("space", "pause / resume at the next step boundary (the header's clock holds while "
               "paused: it counts the run's time without its pauses)"),
@@ -39,9 +47,11 @@ KEYS = (
     ("w", "who holds memory: what grew over the next steps and what keeps it (also "
           "automatic at a leak alert); the look's steps and the one after are left out of "
           "the leak detector, timing and peaks"),
-    ("o", "change the top-ops sort column"),
-    ("v", "the lower area: chart, top ops, ledger, step split under 100 columns; from 100 "
-          "the chart with top ops and ledger beside it, then the step split"),
+    ("o", "change the sort column of the table in view (top ops or modules; the newer one "
+          "beside the chart)"),
+    ("v", "the lower area: chart, top ops, modules, ledger, step split under 100 columns; "
+          "from 100 the chart with top ops, modules and ledger beside it, then the step "
+          "split"),
     ("?", "this help (esc closes)"),
     ("q", "stop at the next step boundary, write the report, quit"),
 )

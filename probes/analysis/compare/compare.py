@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from probes import records as R
+from probes.analysis.compare.modules import last_window, module_changes
 from probes.analysis.compare.phases import phase_changes
 from probes.analysis.compare.windows import DEFAULT_LOSS_TOLERANCE, profile_windows, windows_summary
 from probes.analysis.measured import LOSS_WINDOW, measured_steps, peak_steps
@@ -75,6 +76,7 @@ class RunFigures:
     losses: dict[int, float] = field(default_factory=dict)  # step -> finite loss
     windows: list[dict[str, Any]] = field(default_factory=list)  # profiler windows taken
     phases: dict[str, list[float]] = field(default_factory=dict)  # step split, measured steps
+    modules: dict[str, Any] | None = None  # the last memory attribution window's event
 
     @property
     def name(self) -> str:
@@ -148,7 +150,7 @@ def load_run(path: str | Path) -> RunFigures:
         driver_peak_bytes=_max(peak_rows, "driver_used_bytes"),
         skipped_steps=skipped if isinstance(skipped, int) and skipped >= 0 else 0,
         losses=losses, windows=profile_windows(rows.events, steps, run_dir),
-        phases=phase_values(measured))
+        phases=phase_values(measured), modules=last_window(rows.events))
 
 
 # ---- the rules ---------------------------------------------------------------------------------
@@ -294,6 +296,7 @@ def compare_figures(a: RunFigures, b: RunFigures,
         "precision_check": None,
         "profiler": None,
         "phases": phase_changes(a.phases, b.phases, median_ratio),  # which phase moved
+        "modules": module_changes(a.modules, b.modules),  # which module's memory moved
     }
     if a.windows or b.windows:
         wa, wb = windows_summary(a.windows), windows_summary(b.windows)

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from probes.analysis.compare.compare import speed_verdict
+from probes.analysis.compare.modules import module_lines
 from probes.analysis.compare.phases import phase_lines
 from probes.records.names import counter_names, peak_name
 from probes.tools.tables import markdown_table
@@ -101,6 +102,8 @@ def comparison_lines(c: dict[str, Any], base: str) -> list[str]:
         out.extend(_agreement_lines(c["loss"]))
     if "phases" in c:
         out.extend(phase_lines(c["phases"]))
+    if "modules" in c:
+        out.extend(module_lines(c["modules"]))
     if c.get("profiler"):
         out.extend(profiler_lines(c["profiler"]))
     return out + [""]

@@ -20,6 +20,7 @@ from typing import Any
 
 from probes.analysis.report.context import ReportContext
 from probes.analysis.report.sections import (
+    attribution,
     baseline,
     culprits,
     finding,
@@ -56,6 +57,7 @@ SECTIONS: dict[str, tuple[Section, ...]] = {
         Section(step_split.build, step_split.render),
         Section(ranks.build, ranks.render),
         Section(ledger.build, ledger.render),
+        Section(attribution.build, attribution.render),
         Section(profiles.build, profiles.render),
         Section(leaks.build, leaks.render),
         Section(culprits.build, culprits.render),
