@@ -53,7 +53,7 @@ def metrics_cuda_names_and_gpu_uuid(ctx: Ctx) -> Outcome:
     text = _scrape_text(FolderCollector([run.run_dir]))
     rows = _samples(text)
     last = run.steps()[-1]
-    props = torch.cuda.get_device_properties(torch.device(ctx.device))
+    props = torch.cuda.get_device_properties(ctx.torch_device)
     torch_uuid = f"GPU-{props.uuid}"
     nvml = _nvml_uuids()
     uuids = {labels.get("gpu_uuid") for _, labels, _ in rows}

@@ -55,12 +55,13 @@ def free_port() -> int:
 
 
 class Prometheus:
-    """A prometheus process on a loopback port scraping ``targets`` every second, with
+    """A prometheus process on a loopback port scraping ``targets`` every 2 s, with
     memtop's rules evaluated every second; queried through its HTTP API."""
 
     def __init__(self, tmp: Path, targets: list[str]) -> None:
         self.port = free_port()
-        config = {"global": {"scrape_interval": "1s", "scrape_timeout": "1s",
+        # 2 s: a scrape on a loaded 2-core machine (the suite's two workers) may take over 1 s
+        config = {"global": {"scrape_interval": "2s", "scrape_timeout": "2s",
                              "evaluation_interval": "1s"},
                   "rule_files": [str(RULES)],
                   "scrape_configs": [{"job_name": "memtop",
@@ -301,9 +302,13 @@ def test_the_hf_callback_serves_its_run_to_prometheus(tmp_path):
     prom = Prometheus(tmp_path, [f"127.0.0.1:{port}"])
     seen: dict = {}
 
+    from probes.runfolder.recorder import MAX_SOON_ROWS
+
     class WaitForScrape(TrainerCallback):
         def on_step_end(self, args, state, control, **kwargs):
-            if state.global_step == 5:
+            # the recorder hands rows over in batches (at most MAX_SOON_ROWS or 50 ms): by
+            # this step at least one batch is out, however fast the steps are
+            if state.global_step == MAX_SOON_ROWS:
                 prom.wait("memtop_steps_total >= 1", "a scrape of the HF run")
                 at = time.time()
                 seen["rows"] = prom.query('{__name__=~"memtop_steps_total|'
@@ -311,7 +316,8 @@ def test_the_hf_callback_serves_its_run_to_prometheus(tmp_path):
                 seen["state"] = prom.query("memtop_run_state == 1", at)
 
     memtop = MemtopCallback(listen=False, metrics_port=port, write_report=False)
-    trainer = example.make_trainer(tmp_path / "hf", steps=8, grad_accum=1, batch_size=2,
+    trainer = example.make_trainer(tmp_path / "hf", steps=MAX_SOON_ROWS + 2, grad_accum=1,
+                                   batch_size=2,
                                    eval_steps=None, save_steps=None,
                                    callbacks=[memtop, WaitForScrape()])
     try:

@@ -133,7 +133,9 @@ def _alive(proc: psutil.Process) -> bool:
 
 
 def _help_shown(term: Terminal) -> bool:
-    return b"esc closes" in term.shown
+    # the help's border title (always on screen; the key list's "? this help (esc closes)"
+    # line scrolls below 24 rows as keys are added)
+    return b"esc or ? closes" in term.shown or b"esc closes" in term.shown
 
 
 # the window's wait steps, which the analysis child spends idle: ~1 s of tiny steps to find it

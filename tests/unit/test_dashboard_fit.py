@@ -93,10 +93,11 @@ def _footer_problems(app) -> list[str]:
     from textual.widgets._footer import FooterKey
 
     from tui.app import MemtopApp
+    from tui.format import FOOTER_SHORT
     from tui.widgets.footer import MemtopFooter
 
     footer = app.screen.query_one(MemtopFooter)
-    words = {b.description for b in MemtopApp.BINDINGS} | {"prof", "rep", "who", "stop"}
+    words = {b.description for b in MemtopApp.BINDINGS} | set(FOOTER_SHORT.values())
     problems = []
     for key in footer.query(FooterKey):
         if key.region.right > footer.region.right or key.region.width == 0:
