@@ -33,7 +33,8 @@ from probes.runfolder import create_run_dir
 MONITOR_OPTIONS = frozenset({
     "warmup_steps", "profile_at", "profile_schedule", "profile_memory", "profile_record_shapes",
     "leak_watch", "ledger", "profiler", "listen", "max_memory_bytes", "flops_per_token",
-    "write_report", "sinks", "extra_hooks", "non_finite", "memory_history"})
+    "write_report", "sinks", "extra_hooks", "non_finite", "memory_history",
+    "workers_sample_s"})
 
 OUTPUTS_HINT = ("the model's outputs are kept every step (memtop's demo: a list of each "
                 "step's logits, as a callback that collects predictions would); drop them, or "

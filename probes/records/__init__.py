@@ -62,6 +62,8 @@ from probes.records.events import (  # noqa: F401
     RUN_STARTED,
     SAVE,
     WEIGHTS_SAVED,
+    WORKER_DIED,
+    WORKERS,
     Event,
     EventKind,
     Record,
@@ -95,6 +97,7 @@ from probes.records.step import (  # noqa: F401
     SPLIT_FIELDS,
     SPLIT_LABELS,
     STEP_FIELDS,
+    WORKER_FIELDS,
     StepDraft,
     StepSample,
     freeze_step,
@@ -106,6 +109,10 @@ from probes.records.values import (  # noqa: F401
     has_type,
     is_int,
     short_text,
+)
+from probes.records.workers import (  # noqa: F401
+    WORKERS_COUNTER,
+    workers_leak_text,
 )
 
 __all__ = [
@@ -144,6 +151,7 @@ __all__ = [
     "SPLIT_FIELDS",
     "SPLIT_LABELS",
     "GPU_BUSY_FIELDS",
+    "WORKER_FIELDS",
     "Event",
     "Record",
     "BULKY_FIELDS",
@@ -179,6 +187,10 @@ __all__ = [
     "REQUEST_DONE",
     "ADMISSION",
     "CACHE_BASELINE",
+    "WORKERS",
+    "WORKER_DIED",
+    "WORKERS_COUNTER",
+    "workers_leak_text",
     "switches_text",
     "EVENT_KINDS",
     "HintKind",
