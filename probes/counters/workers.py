@@ -9,11 +9,15 @@ what it would give back if it ended). Forked workers share the trainer's pages c
 their RSS sums count those pages once per worker; PSS and USS do not.
 
 Why /proc and not psutil: no new runtime dependency, and no walk of every process the box runs
-where the kernel lists a task's children (``/proc/<pid>/task/<tid>/children``); where it does
-not (CONFIG_PROC_CHILDREN off, as on memtop's test machine) one pass over ``/proc/*/stat`` finds
-them (~12 µs a process: ~1 ms a second with 80 processes, benchmarks/workers_sampler.py). psutil
-reads the same files (smaps_rollup for ``memory_full_info``) and walks every process for
-``children()``.
+where the kernel lists a task's children (``/proc/<pid>/task/<tid>/children``, ~0.6 ms for a
+trainer and 8 workers); where it does not (CONFIG_PROC_CHILDREN off) one pass over
+``/proc/*/stat`` finds them (~12 µs a process: ~1 ms with 80 processes). psutil reads the same
+files (smaps_rollup for ``memory_full_info``) and walks every process for ``children()``.
+
+What a reading costs is the kernel's walk of each worker's page tables for smaps_rollup: ~4 ms
+for a forked worker of a torch process (~190 MiB resident), more for bigger ones
+(benchmarks/workers_sampler.py); the read releases the GIL and never runs on the step path, so
+the training thread only shares a core with it. ``interval_s`` sets the pace.
 
 A worker is a direct child; what it starts (an ``ldconfig`` while a spawned worker imports, a
 tokenizer's helpers) is added to it, never counted as a worker of its own. Left out, and said so

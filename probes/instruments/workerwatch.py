@@ -26,12 +26,15 @@ from probes.records import WORKERS_COUNTER, StepSample
 from probes.tools.stats import theil_sen_slope
 
 # Fewer points than the trainer's detector needs: a point is a reading (about a second), not a
-# step, so 3 rising deltas after 3 points already span seconds of sustained growth. More growth
-# than the trainer's 512 KiB: a healthy forked worker's own pages grow by ~1-1.5 MiB over its
-# first hundred steps (copy-on-write of the trainer's pages its reads touch, pymalloc arenas)
-# and then by a few KiB a step; measured on test_workers.py's loops (issue 43).
+# step, so 3 rising deltas after 3 points already span seconds of sustained growth. A faster
+# rate and more growth than the trainer's (16 KiB/step, 512 KiB): a healthy forked worker's own
+# pages grow by 3-8 MiB over its first batches, then by 10-50 KiB a step for a few hundred
+# steps, slowing down (copy-on-write of the trainer's pages its reads touch, pymalloc arenas);
+# measured on tests/integration/test_workers.py's loops (issue 43). A delta counts as rising
+# from half the rate (32 KiB/step), above that slow tail.
 WORKERS_CONFIG = LeakDetectorConfig(min_steps=3, window_steps=12, baseline_points=3,
                                     noise_steps=16, high_water_steps=32,
+                                    min_rate_bytes=64 * 1024,
                                     min_growth_bytes=2 * 1024 * 1024)
 GROWTH_PER_WORKER = 1024 * 1024  # the window's growth must also reach this times the workers
 SETTLE_READINGS = 2  # readings after a change in the set of workers that start no series

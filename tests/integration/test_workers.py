@@ -126,6 +126,9 @@ def test_a_healthy_loader_with_workers_raises_no_alert(tmp_path, context, persis
     assert len({r["workers_uss_bytes"] for r in with_workers}) >= 20  # readings were fed
     series = mon.hooks[0].workers  # the leak watch's workers series saw them
     assert series is not None and series.detector._seen >= (60 if persistent else 40)
+    lines = [ln for e in events_named(run, R.LEDGER) for ln in e["lines"]
+             if ln["name"] == "DataLoader workers"]
+    assert lines and all(ln["measured_bytes"] > 0 for ln in lines)  # the ledger's line
     changes = events_named(run, R.WORKERS)
     if not persistent:  # each epoch's workers started and ended, and were said to
         assert sum(len(e.get("ended", [])) for e in changes) >= 2 * (600 // 100 - 1)
@@ -219,3 +222,64 @@ def test_who_holds_with_workers_says_it_cannot_walk_their_objects(tmp_path):
     kinds = [c["kind"] for c in culprit["culprits"]]
     assert kinds[-1] == "workers" and culprit["culprits"][-1]["count"] == 2
     assert "cannot walk a worker's objects" in culprit["note"]
+
+
+# ---- what is counted --------------------------------------------------------------------------
+CHILD = """
+import subprocess, sys
+kept = bytearray(48 * 1024 * 1024)  # touched: resident and its own
+if len(sys.argv) > 1:  # a worker that starts a process of its own
+    grand = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
+                             stdin=subprocess.PIPE)
+print("ready", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_the_sampler_folds_a_workers_children_in_and_leaves_memtops_own_out():
+    import subprocess
+    import sys
+
+    from probes.counters.workers import ANALYSIS, ProcessTreeSampler
+
+    def start(*args):
+        proc = subprocess.Popen([sys.executable, "-c", CHILD, *args], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE)
+        assert proc.stdout.readline() == b"ready\n"
+        return proc
+
+    worker, own = start("with a child"), start()
+    sampler = ProcessTreeSampler(interval_s=0.2, exclude=lambda: [own.pid])
+    try:
+        reading = sampler.read_once()
+        assert [c.pid for c in reading.children] == [worker.pid]  # one worker, its child in it
+        assert reading.uss_bytes >= 48 * MiB and reading.pss_bytes <= reading.rss_bytes
+        changes = sampler.take_changes()
+        assert [(c.what, c.pid) for c in changes if c.what == "started"] == [
+            ("started", worker.pid)]
+        assert [(c.what, c.pid, c.why) for c in changes if c.what == "left_out"] == [
+            ("left_out", own.pid, ANALYSIS)]
+        assert sampler.read_once().generation == reading.generation  # nothing changed
+        assert sampler.take_changes() == []  # the left-out child is said once
+    finally:
+        for proc in (worker, own):
+            proc.stdin.close()
+            proc.wait(timeout=60)
+    gone = sampler.read_once()
+    assert gone.workers == 0 and gone.uss_bytes == 0
+    assert [c.what for c in sampler.take_changes()] == ["ended"]
+
+
+def test_a_monitor_leaves_out_its_profiler_analysis_child(tmp_path):
+    from probes.traces.worker import analysis_pids
+
+    def loop():
+        model, opt = tiny_model()
+        with Monitor(model, opt, run_dir=tmp_path, listen=False, write_report=False) as mon:
+            assert mon.session.workers.exclude is analysis_pids
+            assert "memtop's profiler-analysis child" in mon.session.workers.describe()
+        return mon
+
+    mon = in_thread(loop)
+    (started,) = events_named(mon.run_dir, R.RUN_STARTED)
+    assert "smaps_rollup" in started["workers_counter"]
