@@ -7,9 +7,10 @@ is full.
 The workers' memory is not the trainer's: it is fed on warmup steps and on the steps memtop's
 own diagnosis disturbed (neither touches another process), and a new set of workers (a start,
 an end, a new epoch's workers without persistent_workers) starts a new series after
-``settle_readings`` readings, so a worker's start-up (imports, its first batches) is not taken
-for growth. The points are sparse in steps where steps are faster than the sampler (one a
-second): the detector fits bytes per step over the steps between them.
+``settle_readings`` readings (the one that shows the change included), so a worker's start-up
+(imports, its first batches) is not taken for growth. The points are sparse in steps where
+steps are faster than the sampler (one a second): the detector fits bytes per step over the
+steps between them.
 """
 
 from __future__ import annotations
@@ -37,7 +38,9 @@ WORKERS_CONFIG = LeakDetectorConfig(min_steps=3, window_steps=12, baseline_point
                                     min_rate_bytes=64 * 1024,
                                     min_growth_bytes=2 * 1024 * 1024)
 GROWTH_PER_WORKER = 1024 * 1024  # the window's growth must also reach this times the workers
-SETTLE_READINGS = 2  # readings after a change in the set of workers that start no series
+# readings that start no series when the set of workers changed: the one that shows the change
+# and the 2 after it (a new worker's first batches: 3-8 MiB of collate buffers and arenas)
+SETTLE_READINGS = 3
 TRAINER_POINTS = 16  # the trainer's own recent readings, to say whether it is flat beside them
 
 
@@ -77,6 +80,10 @@ class WorkersSeries:
         private = reading.private_bytes
         if not reading.workers or private is None:
             self.mark_gap()
+            alert = self.detector.active
+            if alert is not None and not reading.workers:  # they ended: their memory with them
+                self.detector.active = None
+                return LeakCleared(WORKERS_COUNTER, step, step, alert)
             return None
         if self._settle > 0:
             self._settle -= 1

@@ -13,7 +13,7 @@ from factories import METRICS, make_sample, started_event, wait_for, write_run
 from probes import records as R
 from probes.analysis.report.build import build_report
 from probes.counters.fill import TREE_COUNTER, filling_counter
-from probes.counters.workers import exit_text, parse_rollup, parse_stat
+from probes.counters.proctree import exit_text, parse_rollup, parse_stat
 from probes.records import Event, StepSample
 from probes.runfolder import json_line
 from tui.format_panels import leak_alert_line
