@@ -90,10 +90,11 @@ def make_trainer(root: str | Path, *, steps: int, accumulate: int = 2, val_every
         num_sanity_val_steps=0, default_root_dir=str(root), callbacks=callbacks or [])
 
 
-def loaders(steps: int, accumulate: int, batch_size: int = 4):
-    """(train, validation) loaders: enough batches for ``steps`` optimizer steps per epoch."""
+def loaders(steps: int, accumulate: int, batch_size: int = 4, workers: int = 0):
+    """(train, validation) loaders: enough batches for ``steps`` optimizer steps per epoch;
+    ``workers``: the training loader's DataLoader workers (memtop reads their memory too)."""
     train = sequences(batch_size * accumulate * min(steps, 50))
-    return (torch.utils.data.DataLoader(train, batch_size=batch_size),
+    return (torch.utils.data.DataLoader(train, batch_size=batch_size, num_workers=workers),
             torch.utils.data.DataLoader(sequences(4 * batch_size, seed=1), batch_size=batch_size))
 
 

@@ -48,6 +48,11 @@ def _alert_line(data: dict[str, Any], step: int, compact: bool, room: int) -> st
     if missing is not None:
         return f"leak suspected at step {step}: {missing}"
     key = str(data.get("counter", ""))
+    if key == R.WORKERS_COUNTER:  # "DataLoader workers: +4 MiB/step between 2 workers, ..."
+        text = R.workers_leak_text(data)
+        left = R.fill_text(data, short=compact)
+        whole = f"{text}; {left}" if left else text
+        return whole if not compact or len(whole) <= room else text
     counter = (_COUNTER_SHORT if compact else COUNTER_LABELS).get(key, key)
     rate = format_bytes(data.get("bytes_per_step"))
     since = data.get("since_step", step)

@@ -123,6 +123,41 @@ def outside_cache_note(sample: StepSample | None, started: Mapping[str, Any]) ->
     return f"ctx+libs {format_bytes(sample.driver_used_bytes - resv)} (NVML − reserved)"
 
 
+def workers_note(sample: StepSample | None, started: Mapping[str, Any]) -> str | None:
+    """Under RSS, when the loop has DataLoader workers: how many, and the PSS they add."""
+    if sample is None or not sample.workers:
+        return None
+    pss, kind = sample.workers_pss_bytes, "PSS"
+    if pss is None:  # no smaps_rollup here: RSS, which counts shared pages per worker
+        pss, kind = sample.workers_rss_bytes, "RSS"
+    return f"workers {sample.workers} · +{format_bytes(pss)} ({kind})"
+
+
+def driver_note(sample: StepSample | None, started: Mapping[str, Any]) -> str | None:
+    """CUDA: NVML − reserved; CPU: the DataLoader workers beside the trainer's RSS."""
+    if _is_cuda(sample):
+        return outside_cache_note(sample, started)
+    return workers_note(sample, started)
+
+
+WORKERS_READ = (
+    "the training process's children, read from /proc/PID/smaps_rollup about once a second on "
+    "their own thread, never on the step path (memtop's own profiler-analysis child and "
+    "multiprocessing's helper processes are left out).")
+WORKERS_HELP = (
+    "[b]RSS[/b] counts every page a "
+    "process maps, so the pages forked workers share with the trainer count again in each "
+    "worker; [b]PSS[/b] splits each shared page among the processes that map it, so it adds "
+    "up without counting a page twice; [b]USS[/b] is the pages only a worker maps, what it "
+    "adds to the box: the leak detector watches the workers' USS, and --max-memory and the "
+    "time to full count RSS + the workers' USS. Workers grow for two reasons: a dataset that "
+    "caches what __getitem__ returns, and copy-on-read: reading a Python object in a forked "
+    "worker writes its reference count, so the page holding it is copied into that worker, "
+    "and a big list or dict of Python objects ends up copied into every worker. Keep the "
+    "data in numpy arrays, torch tensors or Arrow (one buffer, no object per item) and keep "
+    "no per-item cache.")
+
+
 def gpu_busy_note(sample: StepSample | None, started: Mapping[str, Any]) -> str | None:
     """CUDA, under step time: the clock the step time is on (a run that says, issue 45) and
     how busy NVML saw the GPU at its latest poll."""
@@ -231,7 +266,9 @@ PANES: tuple[PaneSpec, ...] = (
             "resident pages of the whole process (/proc/self/statm), read at the end of every "
             "step: the heap plus code, libraries, thread stacks and pages malloc has not given "
             "back. The CPU stand-in for nvidia-smi's driver-level number.",
-            watches=("host_rss",)),
+            note_help="[b]workers N · +X (PSS)[/b] (under RSS, when the loop has DataLoader "
+                      f"workers): {WORKERS_READ}\n\n{WORKERS_HELP}",
+            watches=("host_rss", R.WORKERS_COUNTER)),
         cuda=OnDevice(
             *_named("driver", "cuda"),
             "what the driver says this process uses, the number nvidia-smi shows: reserved "
@@ -240,8 +277,10 @@ PANES: tuple[PaneSpec, ...] = (
             "cannot be matched to this CUDA device by UUID (memtop never guesses by index).",
             note_help="[b]NVML used − reserved[/b] (\"ctx+libs\" under NVML used): memory "
             "outside PyTorch's cache: the CUDA context (a few hundred MiB), cuBLAS/cuDNN "
-            "workspaces, NCCL buffers, other libraries' allocations."),
-        value=lambda s: s.driver_used_bytes, note=outside_cache_note),
+            "workspaces, NCCL buffers, other libraries' allocations.\n\n[b]DataLoader "
+            "workers[/b] live in host memory, not on the device: the ledger's \"DataLoader "
+            f"workers\" line and the leak alerts show them, {WORKERS_READ} " + WORKERS_HELP),
+        value=lambda s: s.driver_used_bytes, note=driver_note),
     PaneSpec(
         "scale", "scale",
         **_both("grad scale", "scale",

@@ -1,13 +1,15 @@
 """Counters, one interface per device kind: the host heap and RSS (glibc mallinfo2,
 /proc/self/statm), the CUDA caching allocator, NVML's driver-level view (polled on its own
-thread), and the machine's facts for reports. A counter that cannot read returns None (shown
-"n/a"); nothing here raises on a missing device or driver.
+thread), the training process's children (DataLoader workers: RSS, PSS and USS from /proc,
+read on their own thread), and the machine's facts for reports. A counter that cannot read
+returns None (shown "n/a"); nothing here raises on a missing device or driver.
 
     from probes.counters import MemoryProbe, NvmlPoller, system_info
 
     probe = MemoryProbe(torch.device("cpu"))
     probe.begin_step(); ...; reading = probe.read()   # MemoryReading: bytes, units in names
     nvml = NvmlPoller.for_cuda_device(device); nvml.start(); nvml.latest  # never blocks a step
+    workers = ProcessTreeSampler(interval_s=1.0); workers.start(); workers.latest  # the same
 
 Names load lazily (probes/tools/lazy.py): memory.py imports torch, so ``from probes.counters
 import memtop_version`` must not pay for it.
@@ -30,6 +32,10 @@ _EXPORTS = {
     **dict.fromkeys(("RssReader", "host_available_bytes", "host_info", "host_ram_bytes",
                      "memtop_version"), ".host"),
     "system_info": ".sysinfo",
+    **dict.fromkeys(("ChildChange", "ChildMemory", "ProcessTreeSampler", "WorkersReading"),
+                    ".workers"),
+    **dict.fromkeys(("ChildLister", "parse_rollup", "parse_stat", "read_memory"),
+                    ".proctree"),
     **dict.fromkeys(("FillForecast", "FillTracker", "fill_forecast", "filling_counter"),
                     ".fill"),
 }

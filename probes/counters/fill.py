@@ -7,6 +7,8 @@ kernel and ``--max-memory`` count, grows by MiBs. So the forecast follows
 
 - on CPU: host RSS against ``--max-memory``; without one, against the RAM still available to
   the whole host (MemAvailable), its rate times the ranks on this host (they grow together);
+  with the trainer's DataLoader workers' private bytes added where it has workers (they fill
+  the same RAM: issue 43);
 - on CUDA: reserved against ``--max-memory``; without one, the driver's used (every process on
   the device) against the device's total.
 
@@ -34,6 +36,7 @@ from dataclasses import dataclass
 
 from probes.tools.stats import theil_sen_slope
 
+TREE_COUNTER = "host RSS + workers' USS"  # the trainer and its DataLoader workers, on the host
 FILL_WINDOW_STEPS = 32  # steps the guard's fill rate is fitted over (RSS grows in chunks)
 # The leak banner's ETA: the rate since the leak began, over up to this many steps, fitted to
 # FILL_FIT_POINTS points spread evenly over them. A 32-step fit of RSS, which grows in chunks of
@@ -105,10 +108,13 @@ def step_time_growth(step_times: list[tuple[int, float]]) -> float:
 
 def filling_counter(device_type: str, limit_bytes: int | None, *, rss_bytes: int | None,
                     reserved_bytes: int | None, driver_used_bytes: int | None,
-                    device_total_bytes: int | None, host_available: int | None
-                    ) -> tuple[str, str, int, int] | None:
+                    device_total_bytes: int | None, host_available: int | None,
+                    workers_bytes: int | None = None) -> tuple[str, str, int, int] | None:
     """(counter, limit name, value, room) of the counter that fills the limit; None when
-    the value or the limit cannot be read."""
+    the value or the limit cannot be read. ``workers_bytes``: the trainer's child processes'
+    private bytes (USS, probes/counters/workers.py), added to RSS on the host: the pages they
+    share with the trainer are in its RSS already, so nothing is counted twice (pages only
+    workers share among themselves are left out: a lower bound, never a phantom)."""
     if device_type == "cuda":
         if limit_bytes is not None:
             return (None if reserved_bytes is None else
@@ -121,11 +127,14 @@ def filling_counter(device_type: str, limit_bytes: int | None, *, rss_bytes: int
         return name, "device total", used, device_total_bytes - used
     if rss_bytes is None:
         return None
+    name = "host RSS"
+    if workers_bytes:  # the trainer's children fill the same RAM: what only they hold
+        name, rss_bytes = TREE_COUNTER, rss_bytes + workers_bytes
     if limit_bytes is not None:
-        return "host RSS", "--max-memory", rss_bytes, limit_bytes - rss_bytes
+        return name, "--max-memory", rss_bytes, limit_bytes - rss_bytes
     if host_available is None:
         return None
-    return "host RSS", "host RAM available", rss_bytes, host_available
+    return name, "host RAM available", rss_bytes, host_available
 
 
 class FillTracker:

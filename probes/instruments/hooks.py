@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from probes.counters.memory import MemoryProbe
+from probes.counters.workers import ProcessTreeSampler, WorkersReading
 from probes.records import Event, StepSample
 
 
@@ -54,6 +55,9 @@ class RunContext:
     urgent: Callable[[], bool] = lambda: False  # the run is ending in a hurry (close(): no waits)
     offer: Callable[[str, Callable[[int], object]], None] | None = None  # act on a request kind
     memory_history: str = "off"  # CUDA allocation history as run_started says ("off" or on)
+    # the training process's children, read on their own thread (probes/counters/workers.py):
+    # ``workers.latest`` is their latest reading; None when not sampled
+    workers: ProcessTreeSampler | None = None
 
 
 @dataclass(slots=True)
@@ -67,6 +71,9 @@ class StepTensors:
     heap_fresh: bool = True  # CPU: the row's heap counters were read this step (memory.py)
     host_heap_bytes: int | None = None  # CUDA: the host heap read at this step's end (its
     # budgeted rate: probes/counters/memory.py); None on the steps between
+    # the workers' reading the row carries, when it is new since the last row (else None):
+    # the leak watch feeds the workers' series one point per reading, never a repeated value
+    workers: WorkersReading | None = None
 
 
 class StepHook:

@@ -22,7 +22,8 @@ from probes.counters.memory import heap_counters
 from probes.instruments.hooks import RunContext, StepHook, StepTensors
 from probes.instruments.leak import LeakAlert, LeakCleared, LeakDetector, LeakDetectorConfig
 from probes.instruments.leakcause import likely_cause
-from probes.records import Event, StepSample
+from probes.instruments.workerwatch import WorkersSeries, host_where
+from probes.records import WORKERS_COUNTER, Event, StepSample
 
 __all__ = ["LeakWatch", "forecast_fields", "likely_cause"]
 
@@ -57,6 +58,10 @@ class LeakWatch(StepHook):
     probes/counters/memory.py) and handed over with the step (``tensors.host_heap_bytes``); the
     steps between are neither points nor gaps, and the detector fits bytes/step over the steps
     it gets. The device series is fed every step.
+
+    The DataLoader workers' private bytes are one more series (workerwatch.py), fed at each
+    new reading of the workers' sampler (about once a second), warmup and disturbed steps
+    included: their memory is another process's.
     """
 
     batched = True  # reads only the row: end_step may run in a batch (hooks.py)
@@ -89,6 +94,7 @@ class LeakWatch(StepHook):
         self._limit: int | None = None
         self._sharers = 1
         self._forecast_at_s: float | None = None
+        self.workers: WorkersSeries | None = None
 
     def setup(self, ctx: RunContext) -> None:
         super().setup(ctx)
@@ -97,6 +103,9 @@ class LeakWatch(StepHook):
         host = "host_heap" if heap_counters() is not None else "host_rss"  # RSS: not glibc
         counters = ("device_allocated", host) if self._is_cuda else (host,)
         self.detectors = {name: LeakDetector(name, self.config) for name in counters}
+        if ctx.workers is not None:
+            self.workers = WorkersSeries()
+            self.detectors[WORKERS_COUNTER] = self.workers.detector
         self._limit = ctx.max_memory_bytes
         # ranks on one host fill its RAM together; a GPU is one rank's (or --max-memory is)
         local = os.environ.get("LOCAL_WORLD_SIZE", "1")
@@ -108,6 +117,9 @@ class LeakWatch(StepHook):
         if self._prev_time_s is not None:
             gap_s = sample.time_s - self._prev_time_s - sample.step_ms / 1000.0
         self._prev_time_s = sample.time_s
+        paused = gap_s is not None and gap_s > self.pause_gap_s
+        if self.workers is not None:
+            self._feed_workers(step, tensors, sample, paused)
         if sample.profiling:  # (a row built without the session's rule still settles)
             self._settle_until = step + self.settle_steps
         if step <= self._warmup or sample.disturbed is not None or sample.profiling \
@@ -115,11 +127,11 @@ class LeakWatch(StepHook):
             self.ignored_steps += 1
             self._gap()
             return
-        if gap_s is not None and gap_s > self.pause_gap_s:
+        if paused:
             self.pauses_seen += 1
             self._gap()  # paused: the next delta starts after the pause
         values = {"device_allocated": sample.allocated_bytes, "host_heap": sample.allocated_bytes,
-                  "host_rss": sample.host_rss_bytes}
+                  "host_rss": sample.host_rss_bytes, WORKERS_COUNTER: _NOT_READ}
         if not tensors.heap_fresh:  # CPU: the row repeats an earlier heap read (its cost)
             values["host_heap"] = _NOT_READ
         elif self._is_cuda:  # read at the step's end when its turn came (memory.py)
@@ -135,16 +147,34 @@ class LeakWatch(StepHook):
             if value is None:
                 detector.mark_gap()
                 continue
-            result = detector.feed(step, value)
-            if isinstance(result, LeakAlert):
-                self._suspected(result, sample, output_bytes)
-            elif isinstance(result, LeakCleared):
-                alert = self.alerts.pop(name, None) or {}
-                self.ctx.emit(Event(R.LEAK_CLEARED, step, self.ctx.elapsed_s(), {
-                    "counter": name, "since_step": result.since_step,
-                    "alert_step": result.alert.step, "host_rss_bytes": sample.host_rss_bytes,
-                    "alert_rss_bytes": alert.get("host_rss_bytes")}))
+            self._result(detector.feed(step, value), sample, output_bytes)
         self._maybe_forecast(step, sample)
+
+    def _result(self, result: LeakAlert | LeakCleared | None, sample: StepSample,
+                output_bytes: int | None) -> None:
+        if isinstance(result, LeakAlert):
+            self._suspected(result, sample, output_bytes)
+        elif isinstance(result, LeakCleared):
+            alert = self.alerts.pop(result.counter, None) or {}
+            self.ctx.emit(Event(R.LEAK_CLEARED, sample.step, self.ctx.elapsed_s(), {
+                "counter": result.counter, "since_step": result.since_step,
+                "alert_step": result.alert.step, "host_rss_bytes": sample.host_rss_bytes,
+                "alert_rss_bytes": alert.get("host_rss_bytes")}))
+
+    def _feed_workers(self, step: int, tensors: StepTensors, sample: StepSample,
+                      paused: bool) -> None:
+        """The workers' series (workerwatch.py): a point at each new reading, and the
+        trainer's own memory beside it, so an alert can say whether the trainer is flat."""
+        series = self.workers
+        assert series is not None
+        if step > 1 and sample.disturbed is None and not sample.profiling and (
+                tensors.heap_fresh or self._is_cuda):
+            series.trainer_point(step, sample.allocated_bytes if sample.allocated_bytes
+                                 is not None else sample.host_rss_bytes)
+        if paused:
+            series.mark_gap()
+        if tensors.workers is not None:
+            self._result(series.feed(step, tensors.workers, sample), sample, None)
 
     def _where(self, sample: StepSample) -> tuple[str, str, int, int] | None:
         return filling_counter(
@@ -152,7 +182,7 @@ class LeakWatch(StepHook):
             reserved_bytes=sample.reserved_bytes, driver_used_bytes=sample.driver_used_bytes,
             device_total_bytes=self.ctx.device_total_bytes,
             host_available=None if self._is_cuda or self._limit else
-            self._host_available(sample.time_s))
+            self._host_available(sample.time_s), workers_bytes=sample.workers_uss_bytes)
 
     def _host_available(self, now_s: float) -> int | None:
         """MemAvailable, read at most once a second: /proc/meminfo costs ~50 µs, the step
@@ -166,6 +196,11 @@ class LeakWatch(StepHook):
         """Time to full of the counter that fills the limit, at its rate now (since the leak
         began, when it began inside the window, and never slower than the leak itself)."""
         alert = alert or {}
+        if alert.get("counter") == WORKERS_COUNTER and self.workers is not None:
+            limit = None if self._is_cuda else self._limit  # CUDA's --max-memory: the device's
+            return self.workers.forecast(
+                host_where(sample, limit, None if limit else self._host_available(sample.time_s)),
+                self._sharers if limit is None else 1, alert)
         return self.fill.forecast(self._where(sample), self._sharers, alert.get("since_step"),
                                   float(alert.get("bytes_per_step") or 0.0))
 
@@ -185,22 +220,34 @@ class LeakWatch(StepHook):
 
     def between_steps(self, kind: str) -> None:
         """An evaluation or a checkpoint save ran since the last step: the steps on either side
-        are not compared (its buffers and caches are not a step's growth)."""
+        are not compared (its buffers and caches are not a step's growth, nor its loader's
+        workers' start-up)."""
         self._gap()
+        if self.workers is not None:
+            self.workers.mark_gap()
 
     def _gap(self) -> None:
+        """The trainer's series start again (the workers' have their own gaps)."""
         self.fill.mark_gap()
-        for detector in self.detectors.values():
-            detector.mark_gap()
+        for name, detector in self.detectors.items():
+            if name != WORKERS_COUNTER:
+                detector.mark_gap()
 
     def _suspected(self, alert: LeakAlert, sample: StepSample, output_bytes: int) -> None:
         self._forecast_at_s = sample.time_s
-        cause, hint = likely_cause(alert.counter, alert.bytes_per_step, output_bytes)
         data = {
             "counter": alert.counter, "bytes_per_step": int(round(alert.bytes_per_step)),
             "since_step": alert.since_step, "window_steps": alert.window_steps,
-            "hint": hint, "likely_cause": cause, "host_rss_bytes": sample.host_rss_bytes,
+            "host_rss_bytes": sample.host_rss_bytes,
         }
+        if alert.counter == WORKERS_COUNTER and self.workers is not None:
+            trainer = [d for n, d in self.detectors.items() if n != WORKERS_COUNTER]
+            data.update(self.workers.alert_fields(
+                alert, max(d.threshold_bytes for d in trainer),
+                any(d.active is not None for d in trainer)))
+        else:
+            data["likely_cause"], data["hint"] = likely_cause(alert.counter, alert.bytes_per_step,
+                                                              output_bytes)
         data.update(forecast_fields(self.forecast(sample, data)))
         self.alerts[alert.counter] = dict(data)  # updated by forecasts; the event is not
         self.ctx.emit(Event(R.LEAK_SUSPECTED, alert.step, self.ctx.elapsed_s(), data))

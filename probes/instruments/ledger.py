@@ -39,6 +39,7 @@ from probes.instruments.tensor_bytes import SavedTensorMeter, storage_key, uniqu
 from probes.records import Event, StepSample
 from probes.tools.units import format_bytes
 
+WORKERS_LINE = "DataLoader workers"  # the loop's child processes (probes/counters/workers.py)
 SAMPLE_EVERY = 50  # steps between two activation measurements (plus the first after warmup)
 # and at least this long between two regular ones: on a fast step (a GPU's few ms) every 50th
 # step was a measurement every ~0.15 s, each ~0.5 ms of hooks on a 4×4 Linear and more on a real
@@ -321,8 +322,17 @@ class Ledger(StepHook):
                            f"{held} − {used}",
                            "free bytes glibc keeps from the OS" if cpu else
                            "cached blocks; empty_cache() returns them but is no fix"))
+        if sample.workers:  # other processes: beside the ledger, never in its sums
+            lines.append(_line(WORKERS_LINE, sample.workers_pss_bytes, None,
+                               f"PSS of {sample.workers} process"
+                               f"{'es' if sample.workers > 1 else ''}",
+                               f"host memory outside this process: USS "
+                               f"{format_bytes(sample.workers_uss_bytes)} their own, RSS "
+                               f"{format_bytes(sample.workers_rss_bytes)} with shared pages "
+                               "counted per worker; not in the tensors or the heap"))
         total = sum(ln["measured_bytes"] or 0 for ln in lines if ln["name"] not in (
-            "runtime heap at start", "other / temporaries", *R.CACHE_LINE.values()))
+            "runtime heap at start", "other / temporaries", WORKERS_LINE,
+            *R.CACHE_LINE.values()))
         return {
             "lines": lines, "total_measured_bytes": total, "allocated_bytes": allocated,
             "reserved_bytes": reserved, "sampled_step": p["step"],

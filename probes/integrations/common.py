@@ -34,7 +34,7 @@ MONITOR_OPTIONS = frozenset({
     "warmup_steps", "profile_at", "profile_schedule", "profile_memory", "profile_record_shapes",
     "leak_watch", "ledger", "profiler", "listen", "max_memory_bytes", "flops_per_token",
     "write_report", "sinks", "extra_hooks", "non_finite", "memory_history", "metrics_port",
-    "metrics_bind", "attribution", "attribute_at", "attribute_steps"})
+    "metrics_bind", "attribution", "attribute_at", "attribute_steps", "workers_sample_s"})
 
 OUTPUTS_HINT = ("the model's outputs are kept every step (memtop's demo: a list of each "
                 "step's logits, as a callback that collects predictions would); drop them, or "

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from probes import records as R
-from probes.counters.fill import FillForecast, FillTracker, filling_counter
+from probes.counters.fill import TREE_COUNTER, FillForecast, FillTracker, filling_counter
 from probes.counters.memory import MemoryReading, guard_trip
 from probes.tools.units import format_bytes
 
@@ -15,7 +15,9 @@ from probes.tools.units import format_bytes
 class MemoryGuard:
     """Checked after every step's reading, and once before the first step (a limit the run is
     already over stops it before it trains). On CUDA it watches this step's peak (an OOM
-    happens mid-step) and reserved (the cache must grow to allocate); host RSS on CPU.
+    happens mid-step) and reserved (the cache must grow to allocate); host RSS on CPU, plus
+    the DataLoader workers' private bytes where the loop has workers (--max-memory on CUDA is
+    the device's: workers live in host RAM and are not counted against it).
 
     Its time to full is the leak banner's (probes/counters/fill.py): the same counter (reserved
     or RSS against the limit), the same fitted rate; it stops when the last step's growth or
@@ -31,12 +33,17 @@ class MemoryGuard:
         self.fill = FillTracker()
         self.forecast: FillForecast | None = None  # the latest, None without a limit
 
-    def check(self, step: int, reading: MemoryReading, time_s: float | None = None) -> bool:
+    def check(self, step: int, reading: MemoryReading, time_s: float | None = None,
+              workers_bytes: int | None = None) -> bool:
         """True when it stopped the run (step 0: before the first step); ``time_s`` (the
-        run's clock at the end of the step) times the forecast."""
+        run's clock at the end of the step) times the forecast; ``workers_bytes``: the
+        DataLoader workers' private bytes at the sampler's latest reading, counted with host
+        RSS on CPU (the box fills with both; probes/counters/fill.py TREE_COUNTER)."""
         if self.device_type == "cuda":
             watched = {"device step peak": reading.step_peak_allocated_bytes,
                        "device reserved": reading.reserved_bytes}
+        elif workers_bytes and reading.host_rss_bytes is not None:
+            watched = {TREE_COUNTER: reading.host_rss_bytes + workers_bytes}
         else:
             watched = {"host RSS": reading.host_rss_bytes}
         prev, self._prev = self._prev, watched
@@ -45,7 +52,9 @@ class MemoryGuard:
         where = filling_counter(self.device_type, self.limit_bytes,
                                 rss_bytes=reading.host_rss_bytes,
                                 reserved_bytes=reading.reserved_bytes, driver_used_bytes=None,
-                                device_total_bytes=None, host_available=None)
+                                device_total_bytes=None, host_available=None,
+                                workers_bytes=workers_bytes if self.device_type != "cuda"
+                                else None)
         if step > 0 and time_s is not None:
             self.fill.feed(step, time_s, where[2] if where else None)
         self.forecast = self.fill.forecast(where)

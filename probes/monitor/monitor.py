@@ -18,8 +18,9 @@
 The run folder, counters, profiler window, leak watch, ledger and report are the same as for
 `memtop train`, whose trainer is itself a user of this class; `memtop view RUN` follows the
 folder live from another terminal and sends requests through the run's socket. Everything runs
-on the caller's thread except the NVML poller and the socket listener, which never touch the
-step path; both stop on close() and at interpreter exit.
+on the caller's thread except the NVML poller, the workers' sampler (the loop's DataLoader
+workers, read from /proc) and the socket listener, which never touch the step path; all stop
+on close() and at interpreter exit.
 """
 
 from __future__ import annotations
@@ -88,7 +89,10 @@ class Monitor:
     recorded as the run's error, not as a sample); ``memory_history`` (CUDA: record
     allocations with Python stacks for the OOM snapshot; costs µs per allocation, off by
     default, probes/counters/cudamem.py); ``step_split`` (data wait, forward, backward,
-    optimizer in every row: probes/instruments/phases.py); ``session`` (a RunSession not
+    optimizer in every row: probes/instruments/phases.py); ``workers_sample_s`` (how often a
+    thread reads the loop's child processes, its DataLoader workers, from /proc: every row
+    records the latest reading, the leak watch and the guard count them; None: off;
+    probes/counters/workers.py); ``session`` (a RunSession not
     opened yet, built by a writer that needs its recorder before the loop starts, as memtop's
     trainer does; its run folder, rank, config and control are then the session's);
     ``metrics_port`` (serve /metrics for Prometheus on ``metrics_bind``, 127.0.0.1 by
@@ -114,9 +118,13 @@ class Monitor:
                  requests: Mapping[str, Callable[[int], object]] | None = None,
                  non_finite: str = "record", memory_history: bool = False,
                  step_split: bool = True, metrics_port: int | None = None,
-                 metrics_bind: str = "127.0.0.1") -> None:
+                 metrics_bind: str = "127.0.0.1", workers_sample_s: float | None = 1.0) -> None:
         device = indexed_device(check_args(model, optimizer, scaler, tokens_per_step,
                                            samples_per_step, amp, warmup_steps, max_steps))
+        if workers_sample_s is not None and (isinstance(workers_sample_s, bool) or not isinstance(
+                workers_sample_s, (int, float)) or not workers_sample_s > 0):
+            raise MonitorArgumentError(f"workers_sample_s must be a number of seconds above 0 "
+                                       f"(or None: off), got {workers_sample_s!r}")
         if non_finite not in ("record", "fail"):
             raise MonitorArgumentError(f"non_finite must be 'record' or 'fail', got "
                                        f"{non_finite!r}")
@@ -162,7 +170,8 @@ class Monitor:
         self._micro = 0
         self._tracing = False
         self.leak_active = False  # set by a loop that runs memtop's leak demo
-        self.memory = session.open(device, memory_history=memory_history)
+        self.memory = session.open(device, memory_history=memory_history,
+                                   workers_sample_s=workers_sample_s)
         extra_hooks = list(extra_hooks)
         self.hooks = default_hooks(profiler=profiler, profile_schedule=profile_schedule,
                                    profile_at=profile_at, profile_memory=profile_memory,
@@ -422,19 +431,20 @@ class Monitor:
         out = v.output
         out_bytes = out.numel() * out.element_size() if isinstance(out, torch.Tensor) else None
         # the row and the batched hooks' view of the step (no tensors held: they run late)
+        fresh = self.session.workers_fresh
         self.recorder.publish_soon(sample, StepTensors(None, None, synced, out_bytes,
                                                        reading.heap_fresh,
-                                                       reading.host_heap_bytes)
+                                                       reading.host_heap_bytes, fresh)
                                    if self._batched_hooks else None, drain=not early)
         if self._end_hooks:
             tensors = StepTensors(loss=v.loss if isinstance(v.loss, torch.Tensor) else None,
                                   output=out, synced=synced, output_bytes=out_bytes,
                                   heap_fresh=reading.heap_fresh,
-                                  host_heap_bytes=reading.host_heap_bytes)
+                                  host_heap_bytes=reading.host_heap_bytes, workers=fresh)
             for hook in self._end_hooks:
                 hook.end_step(step, tensors, sample)
         self.session.step = step
-        self.guard.check(step, reading, sample.time_s)
+        self.guard.check(step, reading, sample.time_s, sample.workers_uss_bytes)
         if (self.max_steps == 0 or step < self.max_steps) and not self.control.stop_requested:
             self._boundary(step + 1)  # requests and pauses, before the loop's next step (once:
             # the loop's should_stop then finds it done)

@@ -43,12 +43,13 @@ from probes.counters.host import cpu_bf16_override, host_ram_bytes
 from probes.counters.memory import MemoryProbe, MemoryReading
 from probes.counters.nvml import NvmlPoller
 from probes.counters.sysinfo import system_info
+from probes.counters.workers import ChildChange, ProcessTreeSampler, WorkersReading
 from probes.instruments.hooks import RunContext
 from probes.records import Event, StepDraft, StepSample, freeze_step
 from probes.runfolder import socket_name
 from probes.runfolder.recorder import RunRecorder, Sink
 from probes.runfolder.state import RunState
-from probes.traces.worker import kill_workers
+from probes.traces.worker import analysis_pids, kill_workers
 
 BUILTIN_REQUESTS = ("pause", "resume", "stop", "report")  # every session acts on these
 
@@ -77,6 +78,9 @@ class RunSession:
         self.device: torch.device | None = None
         self.memory: MemoryProbe | None = None
         self.nvml: NvmlPoller | None = None
+        self.workers: ProcessTreeSampler | None = None  # this process's children (workers)
+        self.workers_fresh: WorkersReading | None = None  # the last row's, when new to it
+        self._workers_seq = 0
         self.server: ControlServer | None = None
         self.device_name = ""
         self.device_total_bytes: int | None = None  # device memory (CUDA) or host RAM (CPU)
@@ -95,12 +99,18 @@ class RunSession:
         return self.recorder.state
 
     # set-up, on the run's thread --------------------------------------------------------------
-    def open(self, device: torch.device, *, memory_history: bool = False) -> MemoryProbe:
-        """The device's counters: a memory probe, and on CUDA the NVML poller (its own thread)
-        and, when asked, the allocator's history (probes/counters/cudamem.py). A CUDA device
-        without an index is the current one from here on (probes/counters/device_index.py)."""
+    def open(self, device: torch.device, *, memory_history: bool = False,
+             workers_sample_s: float | None = 1.0) -> MemoryProbe:
+        """The device's counters: a memory probe, the workers' sampler (its own thread, every
+        ``workers_sample_s``; None: off), on CUDA the NVML poller (its own thread) and, when
+        asked, the allocator's history (probes/counters/cudamem.py). A CUDA device without an
+        index is the current one from here on (probes/counters/device_index.py)."""
         device = indexed_device(device)
         self.device = device
+        if workers_sample_s is not None:
+            self.workers = ProcessTreeSampler(interval_s=workers_sample_s,
+                                              exclude=analysis_pids)
+            self.workers.start()
         self._device_text = str(device)  # every step row's "device"
         self.memory = MemoryProbe(device)
         if device.type == "cuda":
@@ -123,7 +133,8 @@ class RunSession:
                           self.recorder.publish, self.recorder.elapsed_s,
                           self.device_total_bytes, rank=self.rank,
                           urgent=lambda: self.control.urgent, offer=self.offer,
-                          memory_history=self.memory_history, **options)
+                          memory_history=self.memory_history, workers=self.workers,
+                          **options)
 
     def offer(self, kind: str, handler: Callable[[int], object]) -> None:
         """Act on request ``kind`` at a step boundary with ``handler(step about to run)``;
@@ -150,6 +161,7 @@ class RunSession:
             "counters": self.memory.counter_source if self.memory else None,
             "driver_counter": driver_label(device, nvml),
             "memory_history": self.memory_history,
+            "workers_counter": self.workers.describe() if self.workers else "off",
             "nvml_error": nvml.error if nvml else None,
             "nvml_match": nvml.match if nvml else None,
             "mig": nvml.is_mig if nvml and nvml.available else None,
@@ -217,6 +229,17 @@ class RunSession:
             latest = self.nvml.latest
             driver = latest.driver_bytes if latest is not None else None
             polled = latest.step_fields() if latest is not None else {}
+        tree: dict[str, Any] = {}
+        self.workers_fresh = None
+        if self.workers is not None:  # the sampler's latest reading: no /proc read here
+            children = self.workers.latest
+            if children is not None:
+                tree = children.fields
+                if children.seq != self._workers_seq:
+                    self._workers_seq = children.seq
+                    self.workers_fresh = children
+            if self.workers.has_changes:  # a child started or ended: rare
+                self.note_workers(step, children)
         return StepDraft(
             step=step, time_s=self.recorder.elapsed_s(), loss=loss,
             tokens_per_s=tokens_in_step / step_s if tokens_in_step else None,
@@ -229,7 +252,26 @@ class RunSession:
             rank=self.rank or 0,
             step_peak_allocated_bytes=reading.step_peak_allocated_bytes,
             alloc_retries=reading.alloc_retries, ooms=reading.ooms, heap_read_step=repeats,
-            **polled, **fields)
+            **polled, **tree, **fields)
+
+    def note_workers(self, step: int, reading: WorkersReading | None) -> None:
+        """The children that started, ended or were left out since the last row: one
+        ``workers`` event, and a ``worker_died`` for each that a signal or an error ended."""
+        assert self.workers is not None
+        changes = self.workers.take_changes()
+        if not changes:
+            return
+        data: dict[str, Any] = {"started": [], "ended": [], "left_out": []}
+        for change in changes:
+            data[change.what].append(child_fields(change))
+        data = {k: v for k, v in data.items() if v}
+        if reading is not None:
+            data.update(workers=reading.workers, workers_pss_bytes=reading.pss_bytes,
+                        workers_uss_bytes=reading.uss_bytes)
+        self.emit(R.WORKERS, step, data)
+        for change in changes:
+            if change.what == "ended" and change.exit not in (None, "exit 0"):
+                self.emit(R.WORKER_DIED, step, child_fields(change))
 
     def record_error(self, step: int, exc: BaseException) -> None:
         """The run's error row, with what explains it on CUDA (memory summary, snapshot)."""
@@ -327,6 +369,9 @@ class RunSession:
         if self.memory is not None and not self.memory.is_cuda:  # the CPU's sampled peak
             data["mid_step_heap_reads"] = self.memory.mid_step_reads
             data["mid_step_heap_reads_skipped"] = self.memory.mid_step_skipped
+        if self.workers is not None and self.workers.has_changes:  # seen since the last row
+            with contextlib.suppress(Exception):
+                self.note_workers(self.step, self.workers.latest)
         with contextlib.suppress(Exception):
             self.emit(R.RUN_FINISHED, self.step, data)
         if self.server is not None:
@@ -335,6 +380,8 @@ class RunSession:
             self.metrics.close()
         if self.nvml is not None:
             self.nvml.stop()
+        if self.workers is not None:
+            self.workers.stop()
         stop_history(self.memory_history)
         if self.memory is not None:
             self.memory.close()
@@ -353,6 +400,15 @@ class RunSession:
         if self.server is not None:
             self.server.close(wait_s=0)  # the socket file goes: viewers see a run that ended
         return sealed
+
+
+def child_fields(change: ChildChange) -> dict[str, Any]:
+    """A started, ended or left-out child as its event item (probes/records/workers.py)."""
+    fields = {"pid": change.pid, "comm": change.comm, "rss_bytes": change.rss_bytes,
+              "pss_bytes": change.pss_bytes, "uss_bytes": change.uss_bytes,
+              "peak_uss_bytes": change.peak_uss_bytes, "lived_s": change.lived_s,
+              "exit": change.exit, "why": change.why}
+    return {k: v for k, v in fields.items() if v is not None}
 
 
 def driver_label(device: torch.device | None, nvml: NvmlPoller | None) -> str:

@@ -66,6 +66,8 @@ from probes.records.events import (  # noqa: F401
     RUN_STARTED,
     SAVE,
     WEIGHTS_SAVED,
+    WORKER_DIED,
+    WORKERS,
     Event,
     EventKind,
     Record,
@@ -101,6 +103,7 @@ from probes.records.step import (  # noqa: F401
     STEP_CLOCK_CUDA,
     STEP_CLOCK_HOST,
     STEP_FIELDS,
+    WORKER_FIELDS,
     StepDraft,
     StepSample,
     freeze_step,
@@ -115,6 +118,10 @@ from probes.records.values import (  # noqa: F401
     short_text,
 )
 from probes.records.windows import window_name, window_opened, window_steps  # noqa: F401
+from probes.records.workers import (  # noqa: F401
+    WORKERS_COUNTER,
+    workers_leak_text,
+)
 
 __all__ = [
     "MemtopError",
@@ -155,6 +162,7 @@ __all__ = [
     "SPLIT_FIELDS",
     "SPLIT_LABELS",
     "GPU_BUSY_FIELDS",
+    "WORKER_FIELDS",
     "Event",
     "Record",
     "BULKY_FIELDS",
@@ -193,6 +201,10 @@ __all__ = [
     "ATTRIBUTION_STARTED",
     "MEMORY_ATTRIBUTION",
     "ATTRIBUTION_CANCELLED",
+    "WORKERS",
+    "WORKER_DIED",
+    "WORKERS_COUNTER",
+    "workers_leak_text",
     "switches_text",
     "EVENT_KINDS",
     "HintKind",

@@ -25,7 +25,11 @@ FIXES = {
     "host": "stop keeping what this line allocates each step",
     "cuda": "stop keeping what this line allocates on the device (or keep a .cpu() copy)",
     "gc": "call gc.enable() (or gc.collect() now and then), or break the cycle",
+    "workers": "keep the dataset's data in numpy arrays, torch tensors or Arrow (not lists or "
+               "dicts of Python objects), and keep no per-item cache in __getitem__",
 }
+NO_WALK = ("memtop cannot walk a worker's objects: they live in another process; it reads "
+           "their memory from /proc only")
 
 
 def _per_step(value: Any) -> str:
@@ -48,6 +52,11 @@ def culprit_line(c: Mapping[str, Any]) -> str:
         return (f"device memory: {c.get('where')} allocated {format_bytes(c.get('bytes'))} in "
                 f"{c.get('count')} blocks still alive (+{format_bytes(c.get('bytes_per_step'))}"
                 f"/step){tail}")
+    if kind == "workers":
+        return (f"DataLoader workers: {c.get('count')} processes hold "
+                f"{format_bytes(c.get('bytes'))} of their own (USS, "
+                f"+{format_bytes(c.get('bytes_per_step'))}/step; {c.get('what') or 'growth'}); "
+                f"{NO_WALK}{tail}")
     if kind == "gc":
         return (f"gc is off: {c.get('count')} unreachable objects (mostly {c.get('what')}) "
                 f"hold {c.get('tensors')} tensors ({format_bytes(c.get('bytes'))}) that "

@@ -127,8 +127,8 @@ class DisturbedSteps:
             self._settle(step)
         elif kind == LEAK_LOOK:
             self._look_since = step
-        elif kind == LEAK_CULPRIT:
-            self._look_since = None
+        elif kind == LEAK_CULPRIT and self._look_since is not None:  # (the workers' answer
+            self._look_since = None  # comes without a look: nothing of the trainer's moved)
             self._after_look = step + 1
         elif kind == ATTRIBUTION_STARTED:
             self._attr_since = step

@@ -15,6 +15,14 @@ from probes.records.phase_ops import split_ranges
 from probes.records.step import StepSample
 from probes.records.values import clean, finite_num, is_int, short_text
 from probes.records.windows import window_name, window_steps
+from probes.records.workers import (
+    CHILD_FIELDS,
+    WORKERS_COUNTER,
+    WORKERS_FIELDS,
+    worker_died_summary,
+    workers_leak_text,
+    workers_summary,
+)
 from probes.tools.units import format_bytes, format_estimate
 
 
@@ -143,6 +151,8 @@ LEAK_LOOK = "leak_look"
 ATTRIBUTION_STARTED = "attribution_started"
 MEMORY_ATTRIBUTION = "memory_attribution"
 ATTRIBUTION_CANCELLED = "attribution_cancelled"
+WORKERS = "workers"
+WORKER_DIED = "worker_died"
 
 _OP_FIELDS = {"name": "str", "calls": "int", "self_cpu_us": "num", "cpu_total_us": "num",
               "self_device_us": "num", "device_total_us": "num", "cpu_memory_bytes": "int",
@@ -154,7 +164,11 @@ _LEAK_FIELDS: dict[str, Any] = {
     "capacity_bytes": "int", "hint": "str", "likely_cause": "str", "alert_step": "int",
     "released_tensors": "int", "watched_bytes": "int", "limit_bytes": "int",
     "fill_counter": "str", "limit_name": "str", "fill_bytes_per_step": "num",
-    "host_rss_bytes": "int", "alert_rss_bytes": "int"}
+    "host_rss_bytes": "int", "alert_rss_bytes": "int",
+    # a leak of the DataLoader workers (counter "workers_private"): how many, the trainer's own
+    # rate beside theirs, which pattern their growth matches (probes/instruments/leakcause.py)
+    "workers": "int", "trainer_bytes_per_step": "num", "trainer_flat": "bool",
+    "pattern": "str"}
 
 
 def _started(d: Mapping[str, Any]) -> str:
@@ -218,6 +232,8 @@ def _baseline(d: Mapping[str, Any]) -> str:
 def _leak(d: Mapping[str, Any]) -> str:
     rate = format_bytes(d.get("bytes_per_step"))
     text = f"{d.get('counter')} grows {rate}/step since step {d.get('since_step')}"
+    if d.get("counter") == WORKERS_COUNTER:
+        text = f"{workers_leak_text(d)} since step {d.get('since_step')}"
     fill = fill_text(d)
     if fill:
         text += f"; {fill}"
@@ -278,6 +294,7 @@ _KINDS = (
                "pid": "int", "host": "str", "metrics_url": "str", "tokens_per_step": "int",
                "samples_per_step": "int", "flops_per_token": "num", "step_clock": "str",
                "memory_history": "str", "nvml_match": "str", "mig": "bool",
+               "workers_counter": "str",
                "mode": "str", "weights": "str", "kv_formula": "str",
                "kv_bytes_per_token": "int",
                "switches": {"eval": "bool", "inference_mode": "bool", "grad_scaler": "str"},
@@ -414,6 +431,12 @@ _KINDS = (
                "kv_cache_bytes": "int", "same_tokens": "bool", "peak_note": "str"},
               summary=_baseline,
               required=("tokens", "cached_ms_per_token_p50", "recompute_ms_per_token_p50")),
+    EventKind(WORKERS, "the training process's children changed: a worker started or ended "
+              "(its pid, bytes, how it ended), or a child memtop leaves out (its own analysis, "
+              "multiprocessing's helpers); probes/counters/workers.py", WORKERS_FIELDS,
+              loud=False, summary=workers_summary),
+    EventKind(WORKER_DIED, "a worker ended killed by a signal or with a non-zero exit status",
+              CHILD_FIELDS, summary=worker_died_summary, required=("pid", "exit")),
     EventKind(EVALUATE, "a framework's evaluation ran between two optimizer steps (HF, Lightning)",
               {"seconds": "num", "metrics": {}, "source": "str"}, summary=_evaluate),
     EventKind(SAVE, "a framework saved a checkpoint between two optimizer steps (HF, Lightning)",

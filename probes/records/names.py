@@ -16,9 +16,10 @@ COUNTER_NAMES: dict[str, dict[str, str]] = {
 # what a leak alert's ``counter`` field names (probes/instruments/leak.py), in words; short:
 # where the alert must fit one 80-column line
 LEAK_COUNTER_NAMES = {"device_allocated": "device allocated",
-                      "host_heap": "host heap in use (mallinfo2)", "host_rss": "host RSS"}
+                      "host_heap": "host heap in use (mallinfo2)", "host_rss": "host RSS",
+                      "workers_private": "DataLoader workers' private memory (USS)"}
 LEAK_COUNTER_SHORT = {"device_allocated": "device allocated", "host_heap": "host heap",
-                      "host_rss": "host RSS"}
+                      "host_rss": "host RSS", "workers_private": "DataLoader workers"}
 # what the ledger's last line (reserved − allocated) is on each device: glibc has no cache
 CACHE_LINE = {"cpu": "malloc free", "cuda": "allocator cache"}
 # when each reading is taken, said beside it where two moments meet

@@ -74,6 +74,14 @@ class StepSample:
     # left out for its cost (a fragmented heap: probes/counters/memory.py); None when the row's
     # heap counters are its own (always on CUDA)
     heap_read_step: int | None = None
+    # the training process's children (DataLoader workers and any other; memtop's own analysis
+    # child and multiprocessing's helpers left out), the latest reading of the sampler thread
+    # (about once a second, probes/counters/workers.py; not per step): how many, and their
+    # summed RSS, PSS and USS (private) bytes from /proc/PID/smaps_rollup; None where not read
+    workers: int | None = None
+    workers_rss_bytes: int | None = None  # shared pages counted once per worker
+    workers_pss_bytes: int | None = None  # each shared page split among the processes mapping it
+    workers_uss_bytes: int | None = None  # pages only the workers map: what they add
     # inference steps only (`memtop infer`); left out of a training row's JSON
     phase: str | None = None  # one of PHASES: "prefill" (the prompt) or "decode" (one token)
     tokens: int | None = None  # tokens this step read (prefill: B × prompt) or made (decode: B)
@@ -198,6 +206,9 @@ PHASES = (PREFILL, DECODE)  # also the record_function labels in profiler traces
 SPLIT_FIELDS = ("data_wait_ms", "forward_ms", "backward_ms", "optimizer_ms", "other_ms")
 SPLIT_LABELS = {"data_wait_ms": "data wait", "forward_ms": "forward", "backward_ms": "backward",
                 "optimizer_ms": "optimizer", "other_ms": "other"}  # the step split's words
+WORKER_FIELDS = ("workers", "workers_rss_bytes", "workers_pss_bytes",
+                 "workers_uss_bytes")  # the workers sampler's latest reading, recorded per step
+
 # which clock a row's step_ms (and tokens/s) is on: run_started's "step_clock" says what the run
 # used (issue 45); on CUDA a row whose events were not done yet (no split_step) is on the host's
 STEP_CLOCK_HOST = "host"  # perf_counter around the step's scope

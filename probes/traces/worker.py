@@ -44,6 +44,12 @@ def spawn_worker(trace_path: Path, out_dir: Path, sort_by: str, top: int, use_de
     return proc
 
 
+def analysis_pids() -> list[int]:
+    """The pids of the analysis children this process started that still run: memtop's own,
+    left out of the workers' memory (probes/counters/workers.py)."""
+    return [proc.pid for proc in list(_WORKERS) if proc.returncode is None]
+
+
 def kill_workers() -> int:
     """Kill every analysis worker this process started that is still running (a process that
     must leave now, from any thread); returns how many were killed."""

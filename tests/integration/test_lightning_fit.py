@@ -10,7 +10,14 @@ import threading
 from pathlib import Path
 
 import pytest
-from factories import import_example, in_thread, metrics_rows, wait_for, wait_until
+from factories import (
+    events_named,
+    import_example,
+    in_thread,
+    metrics_rows,
+    wait_for,
+    wait_until,
+)
 
 from probes import records as R
 
@@ -136,3 +143,30 @@ async def test_viewer_sees_a_user_leak_and_stops_fit(example, tmp_path):
     culprit = next(e for e in events if e["event"] == R.LEAK_CULPRIT)
     holders = [c.get("holder") or "" for c in culprit["culprits"]]
     assert any("kept" in h and "KeepOutputs" in h for h in holders), holders
+
+
+def test_the_training_loaders_workers_are_read_through_the_callback(example, tmp_path):
+    """The callback's Monitor samples the fit's DataLoader workers like any loop's: rows with
+    their count and bytes, a workers event (probes/counters/workers.py)."""
+    import lightning as L
+
+    from probes.integrations.lightning import MemtopCallback
+
+    class TwoReadings(L.Callback):  # the fit waits for two readings at its 3rd batch
+        def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+            if batch_idx == 2:
+                sampler = memtop.driver.monitor.session.workers
+                first = sampler.wait_for_reading(sampler.latest.seq, 60)
+                assert first is not None and sampler.wait_for_reading(first.seq, 60)
+
+    memtop = MemtopCallback(listen=False, workers_sample_s=0.1)
+    trainer = example.make_trainer(tmp_path, steps=6, accumulate=1, val_every=None,
+                                   checkpoints=False, callbacks=[memtop, TwoReadings()])
+    train, _ = example.loaders(6, 1, BATCH, workers=2)
+    in_thread(trainer.fit, example.make_module(), train)
+    steps, _ = metrics_rows(memtop.driver.last_run)
+    seen = [r for r in steps if r.get("workers")]
+    assert seen and all(r["workers"] == 2 and r["workers_uss_bytes"] > 0 for r in seen)
+    started = [c for e in events_named(memtop.driver.last_run, R.WORKERS)
+               for c in e.get("started", [])]
+    assert len(started) == 2

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from probes import records as R
 from tui.format import fit_lines
 from tui.format_panels import leak_banner_text, leak_cleared_text
 from tui.widgets.text_line import TextLine
@@ -87,7 +88,10 @@ class LeakBanner(TextLine):
         when = "at the run's end" if self.ended else "now"
         lines, hint = leak_banner_text(self.alerts, compact, room, when)
         text = head + lines.replace("\n", "\n" + head)
-        if hint:
+        hinted = next((d for d in reversed(list(self.alerts.values())) if d.get("hint")), {})
+        if hint and hinted.get("counter") == R.WORKERS_COUNTER:  # other processes' memory
+            text += f"\nthe workers' pattern (from /proc; w cannot walk their objects): {hint}"
+        elif hint:
             looks = "" if self.ended else " (w names the holder)"
             text += f"\na guess from the rate{looks}: {hint}"
         self._show(text, cleared=False)

@@ -22,7 +22,7 @@ from probes.instruments.culprits.holders import find_holders, function_label, ho
 from probes.instruments.culprits.hostgrowth import HostWindow, gc_is_off, unreachable_now
 from probes.instruments.hooks import RunContext, StepHook, StepTensors
 from probes.records import Event, StepSample
-from probes.records.culprits import FIXES
+from probes.records.culprits import FIXES, NO_WALK
 
 MIN_HOST_BYTES_PER_STEP = 16 * 1024  # slower growth of one line is Python's own bookkeeping
 MAX_CULPRITS = 6
@@ -51,6 +51,7 @@ class CulpritFinder(StepHook):
         self._guess: str | None = None
         self.refrozen = 0  # objects gc.freeze() had frozen at the last walk
         self._requested = False  # a who_holds came while a look was under way
+        self._workers_at_look: int | None = None  # the workers' private bytes at a first look
 
     def setup(self, ctx: RunContext) -> None:
         super().setup(ctx)
@@ -72,6 +73,11 @@ class CulpritFinder(StepHook):
             if alerts and any(id(a) not in self._alerts_seen for a in alerts.values()):
                 new = [a for a in alerts.values() if id(a) not in self._alerts_seen]
                 self._alerts_seen.update(id(a) for a in alerts.values())
+                for alert in (a for a in new if a.get("counter") == R.WORKERS_COUNTER):
+                    self.answer_workers(step, alert)
+                new = [a for a in new if a.get("counter") != R.WORKERS_COUNTER]
+                if not new:
+                    return  # the workers grow, not the trainer: its objects hold nothing new
                 self._guess = new[0].get("hint")
                 self.look_first(step, R.LEAK_SUSPECTED)
             return
@@ -80,6 +86,18 @@ class CulpritFinder(StepHook):
             if self._requested:  # asked for during that look: a look of its own
                 self._requested = False
                 self.look_on_request(step + 1)
+
+    def answer_workers(self, step: int, alert: dict[str, Any]) -> Event:
+        """A leak of the DataLoader workers: what memtop knows of them from /proc, said at
+        once, without a look at the trainer's objects (theirs live in other processes)."""
+        data: dict[str, Any] = {"trigger": R.LEAK_SUSPECTED,
+                                "steps": max(1, step - int(alert.get("since_step") or step)),
+                                "culprits": [workers_culprit(self.ctx.workers, alert)],
+                                "note": NO_WALK}
+        event = Event(R.LEAK_CULPRIT, step, self.ctx.elapsed_s(), data)
+        self.events.append(event)
+        self.ctx.emit(event)
+        return event
 
     def look_first(self, step: int, trigger: str) -> None:
         """The census to compare with, and tracemalloc on until the second look."""
@@ -108,6 +126,8 @@ class CulpritFinder(StepHook):
         t0 = time.perf_counter()
         self.trigger = trigger
         self.first = take_census(step, self.ctx.model)
+        latest = self.ctx.workers.latest if self.ctx.workers is not None else None
+        self._workers_at_look = latest.private_bytes if latest is not None else None
         self._host.start()
         self._cuda.start(self.ctx.device, already_on=not self.ctx.memory_history.startswith("off"))
         self._first_s = time.perf_counter() - t0
@@ -137,6 +157,7 @@ class CulpritFinder(StepHook):
                       "bytes_per_step": site.bytes / steps, "count": site.blocks,
                       "fix": FIXES["cuda"]}
                      for site in sites if site.bytes >= MIN_HOST_BYTES_PER_STEP * steps]
+        workers = self._workers_between(first.step, step, steps)
         named = [c for c in culprits if c["kind"] != "tensors" or c.get("holder")]
         unnamed = [c for c in culprits if c not in named]
         self.looks += 1
@@ -150,6 +171,9 @@ class CulpritFinder(StepHook):
         if not data["culprits"] and self._guess:
             data["guess"] = self._guess
         notes = []
+        if workers is not None:  # the workers' line goes last: the trainer's holders first
+            data["culprits"] = data["culprits"][:MAX_CULPRITS - 1] + [workers]
+            notes.append(NO_WALK)
         if self.refrozen:
             notes.append(f"gc.freeze() was in effect: {self.refrozen} frozen objects were "
                          "unfrozen for the walk and frozen again, with the objects born since")
@@ -162,6 +186,19 @@ class CulpritFinder(StepHook):
         self.events.append(event)
         self.ctx.emit(event)
         return event
+
+    def _workers_between(self, first_step: int, step: int, steps: int) -> dict[str, Any] | None:
+        """The DataLoader workers between the looks, when the loop has any: their private bytes
+        and how much they grew (from /proc: memtop cannot walk their objects)."""
+        sampler = self.ctx.workers
+        reading = sampler.latest if sampler is not None else None
+        if reading is None or not reading.workers:
+            return None
+        before, self._workers_at_look = self._workers_at_look, None
+        grown = (reading.private_bytes - before) if (
+            before is not None and reading.private_bytes is not None) else None
+        return workers_culprit(sampler, {"bytes_per_step": grown / steps if grown is not None
+                                         else None, "workers": reading.workers})
 
     def _hooks(self, first: Census, second: Census, steps: int) -> list[dict[str, Any]]:
         out = []
@@ -225,9 +262,20 @@ class CulpritFinder(StepHook):
         self.first = None
 
 
+def workers_culprit(sampler: Any, alert: dict[str, Any]) -> dict[str, Any]:
+    """The DataLoader workers as a culprit line (probes/records/culprits.py culprit_line): how
+    many, what they hold of their own, how fast it grows and the pattern the leak watch saw."""
+    reading = sampler.latest if sampler is not None else None
+    return {"kind": "workers", "holder": "DataLoader workers",
+            "what": alert.get("likely_cause") or "growth seen from /proc",
+            "count": reading.workers if reading is not None else alert.get("workers"),
+            "bytes": reading.private_bytes if reading is not None else None,
+            "bytes_per_step": alert.get("bytes_per_step"), "fix": FIXES["workers"]}
+
+
 def hook_count_total(model: Any) -> int:
     """All hooks on the model's modules (what a test or a benchmark compares)."""
     return sum(hook_counts(model).values())
 
 
-__all__ = ["CulpritFinder", "hook_count_total"]
+__all__ = ["CulpritFinder", "hook_count_total", "workers_culprit"]

@@ -34,6 +34,20 @@ def _peak(rows: list[dict], key: str) -> int | None:
     return int(max(vals)) if vals else None
 
 
+def workers_peaks(steps: list[dict]) -> dict[str, Any]:
+    """The DataLoader workers' peaks over every step that saw some (the box fills whatever the
+    step: warmup and disturbed steps count here): how many at most, their PSS and USS, and the
+    trainer's RSS plus their USS at the same step (what the guard counts, probes/counters/
+    fill.py). None where no step saw a worker (or a folder from before memtop read them)."""
+    rows = [r for r in steps if is_int(r.get("workers")) and r["workers"] > 0]
+    tree = [r["host_rss_bytes"] + r["workers_uss_bytes"] for r in rows
+            if is_int(r.get("host_rss_bytes")) and is_int(r.get("workers_uss_bytes"))]
+    return {"workers_peak": max((r["workers"] for r in rows), default=None),
+            "workers_pss_peak_bytes": _peak(rows, "workers_pss_bytes"),
+            "workers_uss_peak_bytes": _peak(rows, "workers_uss_bytes"),
+            "tree_peak_bytes": max(tree, default=None)}
+
+
 def peaks_note(finished: dict[str, Any] | None, device: str = "cpu") -> str:
     """How the peaks were taken, in the device's counter names; on CPU how often the
     end-of-forward heap read (the activations' peak) was taken: where it was skipped for its
@@ -93,6 +107,7 @@ def train_results(config: dict[str, Any], steps: list[dict], started: dict,
         "driver_peak_bytes": _peak(peak_rows, "driver_used_bytes"),
         "host_rss_peak_bytes": _peak(peak_rows, "host_rss_bytes"),
         "peaks_note": peaks_note(finished, device),
+        **workers_peaks(steps),
         "device": device,
         **_allocator(last, str(started.get("device") or "")),
         "skipped_steps": last.get("skipped_steps") if is_int(last.get("skipped_steps")) else 0,
@@ -139,6 +154,18 @@ def peak_rows(res: dict[str, Any]) -> list[list[Any]]:
         ("driver", "driver_peak_bytes"))]
 
 
+def workers_rows(res: dict[str, Any]) -> list[list[Any]]:
+    """The workers' peaks, where the run had workers (none for a folder without them)."""
+    if not res.get("workers_peak"):
+        return []
+    return [[f"peak DataLoader workers' PSS (up to {res['workers_peak']})",
+             format_bytes(res.get("workers_pss_peak_bytes"))],
+            ["peak workers' USS (their own pages)",
+             format_bytes(res.get("workers_uss_peak_bytes"))],
+            ["peak RSS + workers' USS (the trainer and its workers)",
+             format_bytes(res.get("tree_peak_bytes"))]]
+
+
 def render(section: dict[str, Any], report: dict[str, Any]) -> list[str]:
     res = section["results"]
     rows = [
@@ -151,6 +178,7 @@ def render(section: dict[str, Any], report: dict[str, Any]) -> list[str]:
         ["step time p50", format_ms(res["step_ms_p50"])],
         ["step time p95", format_ms(res["step_ms_p95"])],
         *peak_rows(res),
+        *workers_rows(res),
         ["skipped steps", res["skipped_steps"]],
         ["FLOPs/token", f"{res['flops_per_token']:,}" if res["flops_per_token"] else None],
         ["achieved FLOP/s", format_rate(res["achieved_flops_per_s"], " FLOP/s")],
@@ -166,6 +194,10 @@ def render(section: dict[str, Any], report: dict[str, Any]) -> list[str]:
     return ["## Results", "", markdown_table(["metric", "value"], rows, right={1}), "",
             (f"Timing statistics over {res['stats_steps']} {res['stats_over']}. "
              if res["stats_steps"] else "No step was recorded to time. ") +
-            f"{res['peaks_note']}. FLOPs/token: {res['flops_formula'] or 'unknown'}. "
+            f"{res['peaks_note']}."
+            + (" DataLoader workers: the sampler's readings (about once a second) over every "
+               "step, PSS from /proc/PID/smaps_rollup (a shared page split among the processes "
+               "that map it)." if res.get("workers_peak") else "")
+            + f" FLOPs/token: {res['flops_formula'] or 'unknown'}. "
             f"MFU: {res['mfu_note']}." + (f" Allocator: {res['allocator_hint']}"
                                           if res.get("allocator_hint") else ""), ""]
