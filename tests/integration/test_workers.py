@@ -128,7 +128,10 @@ def test_a_healthy_loader_with_workers_raises_no_alert(tmp_path, context, persis
     assert events_named(run, R.WORKER_DIED) == []
     with_workers = [r for r in steps if r.get("workers")]
     assert len({r["workers_uss_bytes"] for r in with_workers}) >= 20  # readings were fed
-    series = mon.hooks[0].workers  # the leak watch's workers series saw them
+    from probes.instruments.leakwatch import LeakWatch
+
+    watch = next(h for h in mon.hooks if isinstance(h, LeakWatch))
+    series = watch.workers  # the leak watch's workers series saw them
     assert series is not None and series.detector._seen >= (60 if persistent else 40)
     lines = [ln for e in events_named(run, R.LEDGER) for ln in e["lines"]
              if ln["name"] == "DataLoader workers"]

@@ -65,7 +65,9 @@ def test_headless_run_writes_valid_rows_and_loss_falls(tiny_config):
     # a hint depends on the machine (bf16 autocast on a CPU without native bf16): allowed, once
     hints = [e["hint"] for e in events if e["event"] == "hint"]
     assert hints in ([], ["cpu_bf16_emulated"])
-    assert [e["event"] for e in events if e["event"] != "hint"] == [
+    # a quiet `workers` event may name children of this (pytest) process that other tests
+    # started: another test's multiprocessing resource tracker lives as long as the worker
+    assert [e["event"] for e in events if e["event"] not in ("hint", "workers")] == [
         "run_started", "weights_saved", "run_finished"]
     first = sum(s["loss"] for s in steps[:5]) / 5
     last = sum(s["loss"] for s in steps[-5:]) / 5
