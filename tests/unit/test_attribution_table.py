@@ -166,6 +166,11 @@ async def test_a_shows_the_table_within_two_steps_of_the_window_end(make_app, si
         assert table.display and table.region.height > 3  # on screen, not only loaded
         assert "transformer.h" in table.text and "by activations" in str(table.border_title)
         assert "ledger:" in table.text
+        # no line wider than the text's room beside a scrollbar: at 80 columns each row's
+        # last cell wrapped onto a line of its own
+        await pilot.pause()
+        room = table.content_region.width - 3
+        assert max(len(line) for line in table.text.splitlines()) <= room, room
         if size[0] < 100:
             assert app.view == "modules"
         await pilot.press("o")

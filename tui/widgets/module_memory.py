@@ -105,7 +105,9 @@ class ModuleMemoryTable(Vertical):
         data = self.data
         if data is None:
             return
-        width = max(20, (self.content_region.width or self.size.width or 78) - 2)
+        # less the text's padding (2) and the scrollbar a long table brings (1): a line one
+        # column too wide wrapped every row's last cell onto a line of its own at 80 columns
+        width = max(20, (self.content_region.width or self.size.width or 78) - 3)
         text = "\n".join(table_lines(data, self.sort_key, width, self.ledger))
         if text != self._text:
             self._text = text
