@@ -103,6 +103,12 @@ class Ledger(StepHook):
                            + unique_bytes(ctx.model.buffers())[0])
             self._baseline = allocated - model_bytes if allocated is not None else None
 
+    def measure_next(self) -> None:
+        """Measure the next step whatever the schedule: `memtop fit` asks for each probe
+        point's first measured step (trainer/fitprobe.py). Nothing after a failure."""
+        if self._first >= 0:
+            self._force_next = True
+
     def due(self, step: int) -> bool:
         if self._first < 0:
             return False

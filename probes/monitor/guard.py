@@ -19,13 +19,20 @@ class MemoryGuard:
 
     Its time to full is the leak banner's (probes/counters/fill.py): the same counter (reserved
     or RSS against the limit), the same fitted rate; it stops when the last step's growth or
-    that rate would pass the limit within one step."""
+    that rate would pass the limit within one step.
+
+    During the warm-up steps (``warmup_steps``) a step's growth is set-up, not a rate: the
+    first step makes the optimizer's state, its first activations and the kernels' caches at
+    once (+149 MiB on memtop's default CPU run, whose later steps hold still), so carried one
+    step ahead it stopped runs whose peak fits (`memtop fit`'s largest B, README "Will it
+    fit?"). Then only a counter already over the limit stops the run."""
 
     def __init__(self, limit_bytes: int | None, device_type: str,
                  emit: Callable[[str, int, dict[str, Any]], Any],
-                 stop: Callable[[str], None]) -> None:
+                 stop: Callable[[str], None], warmup_steps: int = 0) -> None:
         self.limit_bytes = limit_bytes
         self.device_type = device_type
+        self.warmup_steps = warmup_steps
         self._emit, self._stop = emit, stop
         self._prev: dict[str, int | None] | None = None
         self.fill = FillTracker()
@@ -49,9 +56,10 @@ class MemoryGuard:
         if step > 0 and time_s is not None:
             self.fill.feed(step, time_s, where[2] if where else None)
         self.forecast = self.fill.forecast(where)
-        trip = guard_trip(watched, prev, self.limit_bytes)
+        settled = step > self.warmup_steps
+        trip = guard_trip(watched, prev if settled else None, self.limit_bytes)
         fc = self.forecast
-        if trip is None and fc is not None and fc.steps_to_full == 0:
+        if trip is None and settled and fc is not None and fc.steps_to_full == 0:
             trip = (fc.counter, fc.value_bytes, int(fc.bytes_per_step))  # the fitted rate
         if trip is None:
             return False
@@ -65,6 +73,9 @@ class MemoryGuard:
         if step == 0:
             why = (f"memory guard: {counter} is {format_bytes(value)} before the first step, "
                    f"already over --max-memory {format_bytes(limit)}; nothing was trained")
+        elif value > limit:  # over already (a warm-up step's one-off growth carried it)
+            why = (f"memory guard: {counter} at {format_bytes(value)} is over --max-memory "
+                   f"{format_bytes(limit)}")
         else:
             # the growth and the room left: rounded alone, value and limit often read the same
             why = (f"memory guard: {counter} at {format_bytes(value)} (+{format_bytes(growth)}"

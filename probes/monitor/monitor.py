@@ -178,7 +178,7 @@ class Monitor:
                       flops_per_token=flops_per_token, world_size=env_world_size(),
                       rank=self.rank, step_split=self.phases is not None)
         self.guard = MemoryGuard(max_memory_bytes, self.device.type, self.emit,
-                                 self.control.stop)
+                                 self.control.stop, warmup_steps=warmup_steps)
         # a limit already passed stops before step 1; the read is not a step's: no peak from it
         self.guard.check(0, self.memory.read(count_peak=False))
         _OPEN.add(self)

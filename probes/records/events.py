@@ -138,6 +138,7 @@ EVALUATE = "evaluate"
 SAVE = "save"
 LEAK_CULPRIT = "leak_culprit"
 LEAK_LOOK = "leak_look"
+FIT_POINT = "fit_point"
 
 _OP_FIELDS = {"name": "str", "calls": "int", "self_cpu_us": "num", "cpu_total_us": "num",
               "self_device_us": "num", "device_total_us": "num", "cpu_memory_bytes": "int",
@@ -245,6 +246,18 @@ def _save(d: Mapping[str, Any]) -> str:
 
 def _error(d: Mapping[str, Any]) -> str:
     return f"{d.get('error_type', 'Error')}: {d.get('message', '')}"
+
+
+def _fit_point(d: Mapping[str, Any]) -> str:
+    where = f"B={d.get('batch_size')} T={d.get('seq_len')}"
+    status = d.get("status")
+    if status != "ok":
+        return f"{where}: {status}" + (f" ({d['reason']})" if d.get("reason") else "")
+    spread = finite_num(d.get("spread"))
+    return (f"{where}: peak {format_bytes(d.get('peak_bytes'))}"
+            + (f" ±{spread:.1%}" if spread else "")
+            + f", {d.get('counter_peak_name') or 'counter peak'} "
+            f"{format_bytes(d.get('counter_peak_bytes'))}")
 
 
 def _control(d: Mapping[str, Any]) -> str:
@@ -383,6 +396,12 @@ _KINDS = (
               required=("tokens", "cached_ms_per_token_p50", "recompute_ms_per_token_p50")),
     EventKind(EVALUATE, "a framework's evaluation ran between two optimizer steps (HF, Lightning)",
               {"seconds": "num", "metrics": {}, "source": "str"}, summary=_evaluate),
+    EventKind(FIT_POINT, "memtop fit: one probe point (B, T) measured, its peak split into parts",
+              {"batch_size": "int", "seq_len": "int", "status": "str", "reason": "str",
+               "peak_bytes": "int", "counter_peak_bytes": "int", "counter_peak_name": "str",
+               "scores_bytes": "int", "spread": "num", "steps": "int", "seconds": "num",
+               "step_ms": "num", "peak_source": "str", "parts": {}, "rest": {}},
+              summary=_fit_point, required=("batch_size", "seq_len", "status")),
     EventKind(SAVE, "a framework saved a checkpoint between two optimizer steps (HF, Lightning)",
               {"seconds": "num", "path": "str", "source": "str"}, summary=_save),
 )
