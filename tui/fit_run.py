@@ -110,7 +110,7 @@ def run_fit(plan: FitPlan, out: TextIO | None = None) -> int:
 
 
 def _document(plan: FitPlan, probe: Any, state: str) -> dict[str, Any]:
-    from probes.records.names import counter_name
+    from probes.records.names import peak_name
 
     cfg = plan.config
     device = probe.device_text or cfg.device
@@ -122,7 +122,7 @@ def _document(plan: FitPlan, probe: Any, state: str) -> dict[str, Any]:
             "max_seq_len": cfg.block_size, "peak_source": probe.peak_source,
             "peak_name": ("peak reserved" if device.startswith("cuda")
                           else "peak RSS"),
-            "counter_peak_name": f"{counter_name('peak', device)}",
+            "counter_peak_name": peak_name("allocated", device),
             "warmup_steps": probe.warmup, "measured_steps": probe.steps,
             "planned_points": [list(p) for p in plan.points]}
     return fit_document(meta, list(probe.points), state)
@@ -196,7 +196,13 @@ def _child_point(folder: Path) -> dict[str, Any] | None:
     points = [e for e in rows.events if e.get("event") == R.FIT_POINT]
     if not points:
         return None
-    return dict(points[-1])
+    point = dict(points[-1])
+    guard = next((e for e in rows.events if e.get("event") == R.MEMORY_GUARD), None)
+    if guard is not None and point.get("peak_bytes") is None:  # stopped before a measured
+        point["peak_bytes"] = guard.get("watched_bytes")  # step: what the guard saw
+    if guard is not None:
+        point["guard_counter"] = guard.get("counter")
+    return point
 
 
 def _on_signals(received: list[int], control: RunControl) -> dict[int, Any]:

@@ -101,10 +101,10 @@ def probe_grid(batch_size: int, seq_len: int, vary: str,
     if vary not in VARY:
         raise ValueError(f"--vary must be one of {', '.join(VARY)}, got {vary!r}")
     bs = sorted(set(batches or (1, 2, 4)))
-    ts = sorted(set(seq_lens or (seq_len // 4, seq_len // 2, seq_len)))
+    ts = sorted(set(seq_lens or (t for t in (seq_len // 4, seq_len // 2, seq_len) if t >= 1)))
     if any(b < 1 for b in bs) or any(t < 1 for t in ts):
         raise ValueError("probe points need B and T of at least 1")
-    if vary != "batch" and len(ts) < 2:
+    if vary != "batch" and len(ts) < (2 if seq_lens else 3):
         raise ValueError(f"--vary {vary} probes T at several lengths up to --seq-len "
                          f"{seq_len}; give a --seq-len of at least 4")
     t_ref, b_ref = max(ts), max(bs)
@@ -310,12 +310,13 @@ def _line(fit: dict[str, Any], t: float) -> tuple[float, float]:
     return k, s
 
 
-def largest_batch(fit: dict[str, Any], t: float, limit: float, max_b: int = 1 << 20) -> int:
-    """The largest B whose predicted peak at T is at most ``limit`` (0: not even B=1)."""
+def largest_batch(fit: dict[str, Any], t: float, limit: float) -> int | None:
+    """The largest B whose predicted peak at T is at most ``limit`` (0: not even B=1);
+    None when the fit sees no growth with B (points noisier than their sizes differ)."""
     k, s = _line(fit, t)
     if s <= 0:
-        return max_b if k <= limit else 0
-    return max(0, min(max_b, math.floor((limit - k) / s)))
+        return None
+    return max(0, math.floor((limit - k) / s))
 
 
 def largest_seq(fit: dict[str, Any], b: float, limit: float) -> float:

@@ -53,8 +53,11 @@ def answer(fit: dict[str, Any], budget_bytes: int, headroom_pct: float, batch_si
 
 def _batch(fit: dict[str, Any], t: int, limit: int, budget: int) -> dict[str, Any]:
     best = largest_batch(fit, t, limit)
+    if best is None:
+        return {"seq_len": t, "largest": None, "why": "the fit sees no growth with B: the "
+                "points are noisier than their sizes differ"}
     band = band_at(fit, max(best, 1), t)
-    over = largest_batch(fit, t, budget) + 1  # the first B predicted over the whole budget
+    over = (largest_batch(fit, t, budget) or 0) + 1  # the first B predicted over the budget
     out: dict[str, Any] = {"seq_len": t, "largest": best, "band": band,
                            "range": band > GOOD_FIT,
                            "low": largest_batch(fit, t, limit / (1 + band)),

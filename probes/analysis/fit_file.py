@@ -99,11 +99,12 @@ def verification(what: str, point: dict[str, Any] | None, doc: dict[str, Any],
            "predicted_bytes": pred.get("peak_bytes"), "measured_bytes": measured,
            "counter_predicted_bytes": pred.get("counter_peak_bytes"),
            "counter_measured_bytes": (point or {}).get("counter_peak_bytes"),
-           "error": None, "counter_error": None}
-    if measured and pred.get("peak_bytes"):
-        row["error"] = (pred["peak_bytes"] - measured) / measured
+           "error": None, "counter_error": None,
+           "guard_counter": (point or {}).get("guard_counter")}
+    if measured and pred.get("peak_bytes") and status == OK:  # as the residuals: measured
+        row["error"] = (measured - pred["peak_bytes"]) / measured  # minus predicted
     counter = row["counter_measured_bytes"]
-    if counter and pred.get("counter_peak_bytes"):
-        row["counter_error"] = (pred["counter_peak_bytes"] - counter) / counter
+    if counter and pred.get("counter_peak_bytes") and status == OK:
+        row["counter_error"] = (counter - pred["counter_peak_bytes"]) / counter
     row["agrees"] = (status == OK and not over) if expect_fit else over
     return row

@@ -4,12 +4,18 @@ verification. The report's "Will it fit?" section shows the same lines. No torch
 
 from __future__ import annotations
 
+import textwrap
 from typing import Any
 
-from probes.analysis.fit import OK
+from probes.analysis.fit import GUARD, OK
+from probes.records.names import counter_name
 from probes.tools.units import format_bytes, format_duration
 
 WIDTH = 80
+
+
+def _wrap(text: str, first: str = "", rest: str = "") -> list[str]:
+    return textwrap.wrap(text, WIDTH, initial_indent=first, subsequent_indent=rest) or [""]
 
 
 def _pct(x: float | None, sign: bool = True) -> str:
@@ -45,8 +51,9 @@ def _size(entry: dict[str, Any]) -> str:
 
 def fit_lines(doc: dict[str, Any]) -> list[str]:
     """The whole screen."""
-    lines = [_title(doc), _budget(doc), f"peak = {doc.get('peak_name', 'peak')}; "
-             f"{doc.get('counter_peak_name', 'counter peak')} beside it"]
+    lines = [_title(doc), _budget(doc), *_wrap(
+        f"peak = {doc.get('peak_source') or doc.get('peak_name', 'peak')}, per step; "
+        f"{doc.get('counter_peak_name', 'counter peak')} beside it")]
     lines += _points(doc)
     fit = doc.get("fit")
     if fit is None:
@@ -54,11 +61,11 @@ def fit_lines(doc: dict[str, Any]) -> list[str]:
         return lines + _state(doc)
     lines.append(_fit_line(doc))
     if fit.get("poor"):
-        lines.append(f"the fit is poor (residuals, spread or extrapolation up to "
-                     f"{fit['band']:.1%}, over 5%): ranges below, not one number")
+        lines += _wrap(f"the fit is poor (residuals, spread or extrapolation up to "
+                       f"{fit['band']:.1%}, over 5%): ranges below, not one number")
     if fit.get("rest_drift_bytes", 0) > 0.01 * (doc["points"][0].get("peak_bytes") or 1):
-        lines.append(f"the rest level grew {format_bytes(fit['rest_drift_bytes'])} over the "
-                     "probe (kernels cached per shape): a fresh run holds one shape's")
+        lines += _wrap(f"the rest level grew {format_bytes(fit['rest_drift_bytes'])} over "
+                       "the probe (kernels cached per shape): a fresh run holds one shape's")
     lines += _answer(doc)
     lines += _verification(doc)
     return lines + _state(doc)
@@ -87,7 +94,7 @@ def _points(doc: dict[str, Any]) -> list[str]:
     out = [f"probe: {sum(1 for p in pts if p.get('status') == OK)} of {len(pts)} points, "
            f"{steps or '?'} steps each, {format_duration(secs)}", "",
            f"{'B':>6} {'T':>6} {'peak':>10} {'predicted':>10} {'residual':>9} "
-           f"{'heap/alloc':>10} {'predicted':>10}"]
+           f"{counter_name('peak', str(doc.get('device') or 'cpu')):>10} {'predicted':>10}"]
     for p in pts:
         b, t = p["batch_size"], p["seq_len"]
         r = res.get((b, t))
@@ -122,7 +129,7 @@ def _answer(doc: dict[str, Any]) -> list[str]:
     b, c = ans["batch"], ans["context"]
     counter = doc.get("counter_peak_name", "counter")
     if b.get("largest") is None:
-        out.append(f"largest B: not probed ({b.get('why')})")
+        out += _wrap(f"largest B: none found ({b.get('why')})")
     elif b["largest"] == 0:
         out.append(f"largest B at T={b['seq_len']}: none fits ({b.get('why')})")
     else:
@@ -130,7 +137,7 @@ def _answer(doc: dict[str, Any]) -> list[str]:
                    f"{format_bytes(b.get('peak_bytes'))} ±{b['band']:.1%} ({counter} "
                    f"{format_bytes(b.get('counter_peak_bytes'))})")
     if c.get("largest") is None:
-        out.append(f"largest T: not probed ({c.get('why')})")
+        out += _wrap(f"largest T: none found ({c.get('why')})")
     elif c["largest"] == 0:
         out.append(f"largest T at B={c['batch_size']}: none fits ({c.get('why')})")
     else:
@@ -149,10 +156,10 @@ def _answer(doc: dict[str, Any]) -> list[str]:
         out.append(f"moves the limit most (shares of the peak at B={at_b}, "
                    f"T={b['seq_len']}):")
         for m in ans["moves"]:
-            out.append(f"  {m['part']} {m['share']:.0%}: {m['advice']}"[:WIDTH])
+            out += _wrap(f"{m['part']} {m['share']:.0%}: {m['advice']}", "  ", "    ")
             if m.get("scores_share"):
-                out.append(f"    of which T×T scores {m['scores_share']:.0%}: "
-                           f"{m['scores_advice']}"[:WIDTH])
+                out += _wrap(f"of which T×T scores {m['scores_share']:.0%}: "
+                             f"{m['scores_advice']}", "    ", "      ")
     return out
 
 
@@ -167,9 +174,12 @@ def _verification(doc: dict[str, Any]) -> list[str]:
         if r["status"] == OK:
             what = (f"measured {format_bytes(r['measured_bytes'])}, predicted "
                     f"{format_bytes(r['predicted_bytes'])} ({_pct(r['error'])})")
+        elif r["status"] == GUARD:
+            what = (f"stopped by the memory guard: {r.get('guard_counter') or 'memory'} "
+                    f"{format_bytes(r['measured_bytes'])} > the budget")
         else:
             what = f"{r['status']}" + (f": {r['reason']}" if r.get("reason") else "")
-        out.append(f"  {r['what']} {where}: {what}"[:WIDTH - 9] + f"  {mark}")
+        out += _wrap(f"{r['what']} {where}: {what}: {mark}", "  ", "    ")
     return out
 
 
