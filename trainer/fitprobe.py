@@ -232,6 +232,36 @@ class PointMeter:
                 "rest": rest}
 
 
+def probe_model(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                points: list[tuple[int, int]],
+                step: Callable[[int, int], tuple[torch.Tensor, torch.Tensor]],
+                run_dir: Path, *, warmup: int = WARMUP_STEPS,
+                steps: int = MEASURED_STEPS) -> list[dict[str, Any]]:
+    """Probe points of any model through a Monitor and its ledger, as `memtop fit` probes
+    memtop's GPT: ``step(B, T)`` runs forward and backward on a batch of that shape and
+    returns (output, loss); the optimizer's step follows. Its own run folder under
+    ``run_dir``; the points' dicts for probes/analysis/fit.py."""
+    ledger = Ledger(every=10**12, min_gap_s=math.inf)
+    mon = Monitor(model, optimizer, run_dir=run_dir, warmup_steps=0, listen=False,
+                  profiler=False, leak_watch=False, ledger=False, extra_hooks=[ledger],
+                  write_report=False)
+    meter = PointMeter(mon, ledger, optimizer, warmup, steps)
+    out = []
+    try:
+        for b, t in points:
+            def run(s: StepScope, b: int = b, t: int = t) -> None:
+                output, loss = step(b, t)
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+                s.set(loss=loss, output=output)
+
+            out.append(meter.measure(b, t, run))
+            mon.emit(R.FIT_POINT, mon.step_count, out[-1])
+    finally:
+        mon.close()
+    return out
+
+
 class _OutOfMemory(Exception):
     def __init__(self, message: str) -> None:
         super().__init__(message)
