@@ -108,3 +108,22 @@ def verification(what: str, point: dict[str, Any] | None, doc: dict[str, Any],
         row["counter_error"] = (counter - pred["counter_peak_bytes"]) / counter
     row["agrees"] = (status == OK and not over) if expect_fit else over
     return row
+
+
+def fit_summary(run_dir: str | Path) -> dict[str, Any] | None:
+    """What `memtop compare` sets side by side from a run's fit.json (None without one)."""
+    try:
+        doc = read_fit(run_dir)
+    except RunFolderError as exc:
+        return {"error": str(exc)}
+    if doc is None:
+        return None
+    from probes.analysis.fit_text import headline
+
+    ans = doc.get("answer") or {}
+    return {"state": doc.get("state"), "headline": headline(doc),
+            "budget_bytes": doc.get("budget_bytes"), "headroom_pct": doc.get("headroom_pct"),
+            "largest_batch": (ans.get("batch") or {}).get("largest"),
+            "largest_seq": (ans.get("context") or {}).get("largest"),
+            "today_peak_bytes": (ans.get("today") or {}).get("peak_bytes"),
+            "band": (doc.get("fit") or {}).get("band"), "fit_error": doc.get("fit_error")}

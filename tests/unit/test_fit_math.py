@@ -248,3 +248,34 @@ def test_the_screen_fits_80_columns():
     assert "largest B at T=128" in text and "largest T at B=16" in text
     assert "moves the limit most" in text and "residual" in text
     assert headline(doc).startswith("fits B ≤ ")
+
+
+def test_the_report_and_compare_read_fit_json(tmp_path):
+    """A run folder with fit.json: `memtop report` gains "Will it fit?" (the same screen),
+    `memtop compare` sets two answers side by side; a junk fit.json is said, not a crash."""
+    from factories import write_run
+
+    from probes.analysis.compare.compare import compare_runs
+    from probes.analysis.compare.text import render_markdown
+    from probes.analysis.report.build import build_report, write_report
+
+    a = write_run(tmp_path / "a", seq_len=128)
+    b = write_run(tmp_path / "b", seq_len=128, attention="sdpa")
+    write_fit(a, fit_document(_meta(), [cpu_point(x, t) for x, t in GRID], "finished"))
+    write_fit(b, fit_document(_meta(attention="sdpa"), [cpu_point(x, t, quadratic=False)
+                                                       for x, t in GRID], "finished"))
+    md = write_report(a).read_text()
+    assert "## Will it fit?" in md and "**fits B ≤ " in md and "largest B at T=128" in md
+    report = build_report(a)
+    assert report["fit"]["answer"]["batch"]["largest"] >= 1
+    result = compare_runs([a, b])
+    fit = result["comparisons"][0]["fit"]
+    assert fit["a"]["largest_batch"] < fit["b"]["largest_batch"]  # no T×T scores: more B
+    text = render_markdown(result)
+    assert "Will it fit (fit.json)" in text and "largest B: " in text
+    (a / "fit.json").write_text("[1, 2")
+    md = write_report(a).read_text()
+    assert "fit.json could not be read" in md
+    assert compare_runs([a, b])["comparisons"][0]["fit"]["a"]["error"]
+    plain = write_run(tmp_path / "plain")
+    assert "Will it fit" not in write_report(plain).read_text()
