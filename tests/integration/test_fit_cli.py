@@ -120,3 +120,38 @@ def test_verify_runs_the_largest_size_under_the_budget_and_the_next_over_it(tmp_
     assert largest["agrees"] and abs(largest["error"]) < 0.10
     assert over["agrees"], over
     assert "verify" in done.stdout and "agrees" in done.stdout
+
+
+@pytest.mark.slow
+def test_the_live_line_of_a_run_agrees_with_memtop_fit_within_its_band(tmp_path):
+    """A `memtop train` run's ledger and steady rows give the live line (one size: B = 32);
+    `memtop fit` on the same model and budget probes several: the fit's largest B lies in
+    the live line's range (its band and the fit's). The budget is the live line's input: the
+    test sets it where B ≈ 1.5 × the run's (the same arithmetic a --max-memory run uses)."""
+    from probes.analysis.fit_live import live_fit, steady_peaks
+    from probes.runfolder import read_rows
+
+    model = ("--device", "cpu", "--amp", "off", "--layers", "2", "--heads", "2", "--dim", "64",
+             "--seq-len", "64", "--block-size", "64", "--batch-size", "32")
+    train = run_cli("train", "--headless", *model, "--steps", "30", "--warmup-steps", "3",
+                    "--no-save-weights", "--run-dir", str(tmp_path / "train"), timeout=300)
+    assert train.returncode == 0, train.stdout + train.stderr
+    rows = read_rows(next((tmp_path / "train").iterdir()) / "metrics.jsonl")
+    ledger = [e for e in rows.events if e["event"] == "ledger"][-1]
+    peaks = steady_peaks(ledger, rows.steps)
+    first = live_fit(ledger, peaks)
+    budget = int(first["base_bytes"] + 3 * first["step_bytes"])
+    live = live_fit(dict(ledger, budget_bytes=budget), peaks)
+    done = run_cli("fit", *model, "--memory", str(budget), "--run-dir", str(tmp_path / "fit"),
+                   timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    doc = read_fit(next((tmp_path / "fit").iterdir()))
+    best = doc["answer"]["batch"]
+    band = live["band"] + best["band"]
+    limit = budget * (1 - live["headroom_pct"] / 100)
+
+    def at(room: float) -> float:
+        return 32 * (room - live["base_bytes"]) / live["step_bytes"]
+
+    assert at(limit / (1 + band)) - 1 <= best["largest"] <= at(limit / (1 - band)), (
+        live, best, band)

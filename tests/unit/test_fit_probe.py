@@ -151,7 +151,7 @@ def test_the_live_line_scales_one_measured_size():
     led = _ledger()
     base = (561 - 273 + 137) * MIB
     rows = [{"step": s, "device": "cpu", "host_rss_bytes": (557 + s % 3) * MIB}
-            for s in range(1, 30)]
+            for s in range(1, 31)]
     rows.append({"step": 30, "device": "cpu", "host_rss_bytes": 900 * MIB,
                  "disturbed": "traced"})  # a profiler window's step: left out
     peaks = LivePeaks()
@@ -160,7 +160,7 @@ def test_the_live_line_scales_one_measured_size():
     assert peaks.add(rows)
     assert min(peaks.values) == 557 * MIB and max(peaks.values) == 559 * MIB
     live = live_fit(led, peaks.values)
-    step = 559 * MIB - base
+    step = 558 * MIB - base  # the rows' median
     assert live["base_bytes"] == base and live["step_bytes"] == step
     limit = 700 * MIB * 0.9
     b = live["largest_batch"]
@@ -172,7 +172,7 @@ def test_the_live_line_scales_one_measured_size():
         return base + step * ((1 - q) * x / 128 + q * (x / 128) ** 2)
 
     assert at_t(t) <= limit < at_t(t + 1)
-    assert live["band"] == pytest.approx(2 / 559)
+    assert live["band"] == pytest.approx(2 / 558)
     assert live_line(live) == f"fits B ≤ {b}, T ≤ {t} on this device (±0.4%)"
     capped = live_fit(_ledger(max_seq_len=150), peaks.values)
     assert capped["largest_seq"] == 150 and "(the context)" in live_line(capped)
