@@ -7,9 +7,15 @@ peak is split into parts (PARTS: what each is, per device), every part a measure
 - rest parts (parameters, optimizer state, the runtime's own memory) are what a step leaves
   behind; they do not depend on B or T. Taken from the first probe point: a fresh run holds
   the one shape's caches it held (oneDNN builds kernels per shape under CPU bf16).
-- step parts (gradients, autocast weight copies, saved activations, temporaries, the
-  allocator's or heap's overhead) are each fitted by least squares on 1, B·T and, where the
-  run measured saved T×T attention scores (explicit attention; none with sdpa), B·T².
+- step parts (gradients, autocast weight copies, saved activations, temporaries) are each
+  fitted by least squares on 1, B·T and, where the run measured saved T×T attention scores
+  (explicit attention; none with sdpa), B·T²;
+- the allocator's or heap's overhead (CUDA: its cache; CPU: what backward adds above the end
+  of forward and the free pages glibc keeps) follows the step's tensors: a constant plus a
+  share of the saved activations and temporaries. Backward allocates their gradients, the same
+  sizes, and glibc's free pages follow them: fitted on its own in B·T and B·T² over the
+  probe's small sizes, it came out falling with T² and missed T = 1024 by 150 MiB; as a share
+  (about half, measured at 4-8× past the probe) it extrapolates with them.
 
 The prediction is their sum; residuals are measured minus predicted peak at the probe points.
 The band (±) is the largest of: the residuals, each point's step-to-step spread, and the error
@@ -43,15 +49,19 @@ class FitError(ValueError):
 @dataclass(frozen=True)
 class PartSpec:
     """One part of the peak: ``rest`` (constant) or ``step`` (fitted in B and T);
-    ``in_counter``: part of the counter's own peak (CPU heap peak, CUDA peak allocated)."""
+    ``in_counter``: part of the counter's own peak (CPU heap peak, CUDA peak allocated);
+    ``follows``: an overhead fitted as a constant plus a share (≥ 0) of those parts, not on
+    its own (module docstring)."""
 
     name: str
     kind: str
     in_counter: bool
     advice: str
+    follows: tuple[str, ...] = ()
 
 
 _ACTS = "activation checkpointing, or a smaller B or T"
+_TENSORS = ("saved activations", "temporaries")  # what the overheads follow
 PARTS: dict[str, tuple[PartSpec, ...]] = {
     "cpu": (
         PartSpec("parameters", REST, True, "bf16 parameters halve them; a smaller model"),
@@ -67,7 +77,8 @@ PARTS: dict[str, tuple[PartSpec, ...]] = {
         PartSpec("temporaries", STEP, True,
                  "logits and loss (B×T×vocab in fp32): a chunked loss"),
         PartSpec("backward and free heap", STEP, False,
-                 "backward's buffers and the free pages glibc keeps: a smaller B or T"),
+                 "backward's buffers and the free pages glibc keeps: a smaller B or T",
+                 follows=_TENSORS),
     ),
     "cuda": (
         PartSpec("parameters", REST, True, "bf16 parameters halve them; FSDP shards them"),
@@ -80,7 +91,8 @@ PARTS: dict[str, tuple[PartSpec, ...]] = {
         PartSpec("temporaries", STEP, True,
                  "logits and loss (B×T×vocab in fp32), backward's buffers: a chunked loss"),
         PartSpec("allocator cache", STEP, False,
-                 "fragmentation: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"),
+                 "fragmentation: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+                 follows=_TENSORS),
     ),
 }
 SCORES_ADVICE = "--attention sdpa stores no T×T scores"
@@ -199,8 +211,8 @@ def _fit_parts(pts: list[dict[str, Any]], specs: Sequence[PartSpec],
                        f"({', '.join(['1', 'B·T', 'B·T²'][:len(rows[0])])}): they need more "
                        "distinct sizes")
     out = []
-    for spec in specs:
-        values = [p["parts"].get(spec.name) for p in pts]
+    for spec in sorted(specs, key=lambda sp: bool(sp.follows)):  # overheads after what they
+        values = [p["parts"].get(spec.name) for p in pts]       # follow
         if all(v is None for v in values):
             continue  # a part this run does not have (no autocast: no weight copies)
         ys = [float(v or 0) for v in values]
@@ -208,10 +220,30 @@ def _fit_parts(pts: list[dict[str, Any]], specs: Sequence[PartSpec],
                                  "in_counter": spec.in_counter}
         if spec.kind == REST:
             entry["bytes"] = ys[0]  # as the first point held it (module docstring)
+        elif spec.follows:
+            entry["coef"], entry["share"] = _follow(pts, ys, spec.follows, out)
         else:
             entry["coef"] = _lstsq(rows, ys)
         out.append(entry)
-    return out
+    order = [sp.name for sp in specs]
+    return sorted(out, key=lambda e: order.index(e["name"]))
+
+
+def _follow(pts: list[dict[str, Any]], ys: list[float], names: tuple[str, ...],
+            fitted: list[dict[str, Any]]) -> tuple[list[float], float]:
+    """An overhead as c + β·(the parts it follows), β ≥ 0, by least squares over the points'
+    measured values; returned in the fit's basis (c + β × those parts' coefficients)."""
+    xs = [sum(float(p["parts"].get(n) or 0) for n in names) for p in pts]
+    mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
+    var = sum((x - mean_x) ** 2 for x in xs)
+    beta = max(0.0, sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True))
+               / var) if var > 0 else 0.0
+    c = mean_y - beta * mean_x
+    base = [q["coef"] for q in fitted if q["name"] in names and "coef" in q]
+    width = max((len(b) for b in base), default=1)
+    coef = [sum(b[i] for b in base if i < len(b)) * beta for i in range(width)]
+    coef[0] += c
+    return coef, beta
 
 
 def _fit_scores(pts: list[dict[str, Any]], quadratic: bool) -> list[float]:

@@ -30,17 +30,18 @@ MIB = 1024 * 1024
 PARAMS, OPT, RUNTIME, OUTSIDE, GRADS = 3 * MIB, 6 * MIB, 120 * MIB, 280 * MIB, 3 * MIB
 ACT_BT, ACT_BT2 = 40_000.0, 64.0  # bytes per B·T and per B·T² (T×T scores)
 TMP0, TMP_BT = 150_000.0, 1_000.0
-BWD_BT, BWD_BT2 = 15_000.0, 30.0
+BWD0, BETA = -2 * MIB, 0.5  # backward's part: a constant plus half the step's tensors
 
 
 def cpu_point(b: int, t: int, quadratic: bool = True, noise: float = 0.0,
-              rest_extra: float = 0.0) -> dict:
+              rest_extra: float = 0.0, act_noise: float = 0.0) -> dict:
     """A probe point whose parts follow the laws above exactly (``noise``: the backward part
     off its law by this share of the peak, ``rest_extra``: runtime heap the probe's history
     added)."""
     acts = ACT_BT * b * t + (ACT_BT2 * b * t * t if quadratic else 0)
+    acts += act_noise * true_peak(b, t, quadratic)  # data-dependent shapes: off their law
     tmp = TMP0 + TMP_BT * b * t
-    bwd = BWD_BT * b * t + (BWD_BT2 * b * t * t if quadratic else 0)
+    bwd = BWD0 + BETA * (acts + tmp)
     bwd += noise * true_peak(b, t, quadratic)  # off the trend by this share of the peak
     parts = {"parameters": PARAMS, "optimizer state": OPT, "runtime heap": RUNTIME + rest_extra,
              "outside the heap": OUTSIDE, "gradients": GRADS, "autocast weight copies": None,
@@ -54,8 +55,8 @@ def cpu_point(b: int, t: int, quadratic: bool = True, noise: float = 0.0,
 
 def true_peak(b: float, t: float, quadratic: bool = True) -> float:
     rest = PARAMS + OPT + RUNTIME + OUTSIDE
-    q = (ACT_BT2 + BWD_BT2) * b * t * t if quadratic else 0.0
-    return rest + GRADS + TMP0 + (ACT_BT + TMP_BT + BWD_BT) * b * t + q
+    tensors = TMP0 + (ACT_BT + TMP_BT) * b * t + (ACT_BT2 * b * t * t if quadratic else 0.0)
+    return rest + GRADS + BWD0 + (1 + BETA) * tensors
 
 
 GRID = [(1, 128), (2, 128), (4, 128), (4, 32), (4, 64)]
@@ -82,6 +83,8 @@ def test_exact_parts_give_their_laws_back_and_predict_far_sizes_exactly():
     acts = next(p for p in fit["parts"] if p["name"] == "saved activations")
     assert acts["coef"][1] == pytest.approx(ACT_BT, rel=1e-6)
     assert acts["coef"][2] == pytest.approx(ACT_BT2, rel=1e-6)
+    bwd = next(p for p in fit["parts"] if p["name"] == "backward and free heap")
+    assert bwd["share"] == pytest.approx(BETA, rel=1e-6)  # it follows the step's tensors
     assert fit["max_residual"] < 1e-9 and not fit["poor"]
     for b, t in ((32, 128), (4, 1024), (64, 512)):  # 8x, 8x in T, 64x in B·T
         assert predict(fit, b, t)["peak_bytes"] == pytest.approx(true_peak(b, t), rel=1e-6)
@@ -165,7 +168,7 @@ def test_history_in_a_points_rest_level_is_not_a_residual():
 
 def test_points_noisier_than_their_sizes_give_no_batch_answer():
     noises = [0.0, 0.06, -0.05, 0.07, -0.06]  # ±6% of the peak: more than B = 1..4 moves it
-    pts = [cpu_point(b, t, noise=n) for (b, t), n in zip(GRID, noises, strict=True)]
+    pts = [cpu_point(b, t, act_noise=n) for (b, t), n in zip(GRID, noises, strict=True)]
     fit = fit_points(pts, "cpu")
     assert fit["poor"]
     ans = answer(fit, 2048 * MIB, 10.0, 16, 128, 128)
