@@ -42,6 +42,7 @@ from probes.analysis.fit import (
     OVER,
     FitError,
     fit_points,
+    model_size_problem,
 )
 from probes.analysis.fit_answer import answer, refine_points
 from probes.counters.host import (
@@ -54,7 +55,6 @@ from probes.counters.memory import heap_counters, trim_heap
 from probes.instruments.ledger import Ledger
 from probes.monitor.monitor import Monitor
 from probes.monitor.scope import StepScope
-from probes.tools.units import format_bytes
 from trainer.config import TrainConfig
 from trainer.data import BatchSampler, load_corpus
 from trainer.loop import Trainer
@@ -304,13 +304,11 @@ class FitProbe(Trainer):
         self.params = sum(p.numel() for p in model.parameters())
         if self.budget_bytes is None:
             self.budget_bytes, self.budget_source = default_budget(device)
-        states = 16 * self.params  # fp32 parameters, gradients and AdamW's two moments
-        if self.budget_bytes is not None and self.budget_bytes < states:
-            self.refused = (f"the budget, {format_bytes(self.budget_bytes)} "
-                            f"({self.budget_source}), is below the model's own size, "
-                            f"{format_bytes(states)} (parameters, gradients and AdamW's two "
-                            f"moments: {self.params:,} params × 16 B)")
-            return
+        if self.budget_bytes is not None:
+            self.refused = model_size_problem(self.budget_bytes, self.params,
+                                              f"the budget ({self.budget_source})")
+            if self.refused:
+                return
         model.train()
         meter = PointMeter(mon, self.ledger, optimizer, self.warmup, self.steps)
         self.peak_source = meter.peak_source

@@ -42,6 +42,22 @@ REST, STEP = "rest", "step"
 VARY = ("batch", "context", "both")
 
 
+STATE_BYTES_PER_PARAM = 16  # fp32 parameters, their gradients and AdamW's two moments
+
+
+def model_size_problem(budget_bytes: int, params: int, what: str = "--memory") -> str | None:
+    """Why a budget cannot hold the model at all (its parameters, gradients and AdamW's
+    state), in one sentence; None when it can."""
+    from probes.tools.units import format_bytes
+
+    states = params * STATE_BYTES_PER_PARAM
+    if budget_bytes >= states:
+        return None
+    return (f"{what} {format_bytes(budget_bytes)} is below the model's own size, "
+            f"{format_bytes(states)} (parameters, gradients and AdamW's two moments: "
+            f"{params:,} params × {STATE_BYTES_PER_PARAM} B)")
+
+
 class FitError(ValueError):
     """The points do not make a fit (too few, all at one size): the reason, one sentence."""
 

@@ -203,3 +203,43 @@ def test_a_guard_stop_mid_point_is_said_with_what_was_measured(tiny_config, tmp_
                          config={"max_memory_bytes": limit, "warmup_steps": 2})
     assert probe.points and probe.points[0]["status"] == GUARD
     assert probe.exit_code == 3 and "memory guard" in probe.points[0]["reason"]
+
+
+def test_any_monitor_loop_gets_the_live_line_against_its_max_memory(tmp_path):
+    """probes.Monitor on a model that is not memtop's GPT: the ledger's event carries the
+    batch (the output handed to step.set), the level between steps and --max-memory as the
+    budget, so the line is computed from its rows (the report's ledger section shows it)."""
+    import torch
+
+    from probes.analysis.report.build import build_report
+    from probes.monitor.monitor import Monitor
+    from probes.runfolder import read_rows
+
+    limit = 8 * 1024 * MIB
+
+    def loop() -> object:
+        model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(),
+                                    torch.nn.Linear(256, 8))
+        opt = torch.optim.AdamW(model.parameters())
+        with Monitor(model, opt, run_dir=tmp_path, warmup_steps=2, max_memory_bytes=limit,
+                     listen=False, profiler=False, leak_watch=False) as mon:
+            for _ in range(12):
+                with mon.step() as s:
+                    out = model(torch.randn(32, 64))
+                    loss = out.pow(2).mean()
+                    loss.backward()
+                    opt.step()
+                    opt.zero_grad(set_to_none=True)
+                    s.set(loss=loss, output=out)
+        return mon.run_dir
+
+    run_dir = in_thread(loop)
+    rows = read_rows(run_dir / "metrics.jsonl")
+    ledger = [e for e in rows.events if e["event"] == "ledger"][-1]
+    assert ledger["batch_dim"] == 32 and ledger["seq_len"] is None
+    assert ledger["budget_bytes"] == limit and ledger["budget_source"] == "--max-memory"
+    assert set(ledger["rest"]) == {"allocated", "reserved", "rss"}
+    section = build_report(run_dir)
+    line = section["live_fit_line"]
+    assert line is not None and line.startswith("fits B ≤ ") and "on this device" in line
+    assert section["live_fit"]["largest_batch"] > 32

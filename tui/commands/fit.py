@@ -12,12 +12,10 @@ from __future__ import annotations
 import argparse
 import shlex
 
-from probes.analysis.fit import DEFAULT_HEADROOM_PCT, VARY
+from probes.analysis.fit import DEFAULT_HEADROOM_PCT, VARY, model_size_problem
 from trainer.config import TrainConfig
 from tui.commands.argtypes import UsageError, option_default, size_arg, typed_options
 from tui.commands.train import add_model_options
-
-STATE_BYTES_PER_PARAM = 16  # fp32 parameters + gradients + AdamW's two moments
 
 
 def pct_arg(text: str) -> float:
@@ -76,12 +74,9 @@ def check_budget(config: TrainConfig, memory: int | None) -> None:
     from probes.counters.host import RssReader
     from probes.tools.units import format_bytes
 
-    params = config.param_count()
-    states = params * STATE_BYTES_PER_PARAM
-    if memory < states:
-        raise ValueError(f"--memory {format_bytes(memory)} is below the model's own size, "
-                         f"{format_bytes(states)} (parameters, gradients and AdamW's two "
-                         f"moments: {params:,} params × {STATE_BYTES_PER_PARAM} B)")
+    problem = model_size_problem(memory, config.param_count())
+    if problem:
+        raise ValueError(problem)
     if config.device.strip().lower() == "cpu":
         rss = RssReader()
         held = rss.read()
