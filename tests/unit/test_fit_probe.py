@@ -240,6 +240,6 @@ def test_any_monitor_loop_gets_the_live_line_against_its_max_memory(tmp_path):
     assert ledger["budget_bytes"] == limit and ledger["budget_source"] == "--max-memory"
     assert set(ledger["rest"]) == {"allocated", "reserved", "rss"}
     section = build_report(run_dir)
-    line = section["live_fit_line"]
+    line = section["live_fit"]["line"]
     assert line is not None and line.startswith("fits B ≤ ") and "on this device" in line
     assert section["live_fit"]["largest_batch"] > 32

@@ -17,8 +17,8 @@ def build(ctx: ReportContext) -> dict[str, Any]:
     ledger = ctx.last_ledger
     live = live_fit(ledger, steady_peaks(ledger, ctx.steps)) if ledger else None
     return {"ledger": shown_fields(ledger) if ledger else None,
-            "ledger_events": len(ctx.ledgers), "live_fit": live, "live_fit_line":
-            live_line(live)}
+            "ledger_events": len(ctx.ledgers),
+            "live_fit": dict(live, line=live_line(live)) if live else None}
 
 
 def render(section: dict[str, Any], report: dict[str, Any]) -> list[str]:
@@ -37,9 +37,9 @@ def render(section: dict[str, Any], report: dict[str, Any]) -> list[str]:
     md += [when, "",
            markdown_table(["line", "measured", "predicted", "formula"], rows, right={1, 2}), ""]
     md += [f"- **{ln.get('name')}**: {ln['note']}" for ln in led["lines"] if ln.get("note")]
-    if section.get("live_fit_line"):
-        live = section["live_fit"]
-        md += ["", f"**{section['live_fit_line']}**: against {format_bytes(live['budget_bytes'])}"
+    live = section.get("live_fit")
+    if live:
+        md += ["", f"**{live['line']}**: against {format_bytes(live['budget_bytes'])}"
                f" ({live['budget_source']}) less {live['headroom_pct']:g}% headroom, from this "
                f"run's one size: {format_bytes(live['base_bytes'])} between steps and "
                f"{format_bytes(live['step_bytes'])} a step of B={live['batch_size']} adds "
