@@ -124,7 +124,8 @@ def _document(plan: FitPlan, probe: Any, state: str) -> dict[str, Any]:
                           else "peak RSS"),
             "counter_peak_name": peak_name("allocated", device),
             "warmup_steps": probe.warmup, "measured_steps": probe.steps,
-            "planned_points": [list(p) for p in plan.points]}
+            "planned_points": [list(p) for p in plan.points],
+            "error": probe.status.error if state == "failed" else None}
     return fit_document(meta, list(probe.points), state)
 
 
