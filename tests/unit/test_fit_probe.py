@@ -243,3 +243,23 @@ def test_any_monitor_loop_gets_the_live_line_against_its_max_memory(tmp_path):
     line = section["live_fit"]["line"]
     assert line is not None and line.startswith("fits B ≤ ") and "on this device" in line
     assert section["live_fit"]["largest_batch"] > 32
+
+
+async def test_the_dashboards_ledger_pane_gains_the_live_line_as_rows_arrive(make_app):
+    """The ledger event, then steady rows: the pane recomputes its last line from them (the
+    UI thread, from the ring), never on the training thread."""
+    from factories import make_sample, wait_for
+
+    from probes.records import Event
+
+    app = make_app(autostart=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.ring.push(Event("ledger", 6, 1.0, dict(_ledger(), lines=[
+            {"name": "parameters", "measured_bytes": MIB, "predicted_bytes": MIB,
+             "formula": "P × 4 B", "note": ""}], reserved_bytes=300 * MIB)))
+        await wait_for(pilot, lambda: app.ledger.data is not None, "the ledger pane")
+        assert "fits B" not in app.ledger.text  # not steady yet: no rows after it
+        for step in range(6, 12):
+            app.ring.push(make_sample(step, host_rss_bytes=558 * MIB))
+        await wait_for(pilot, lambda: "fits B ≤ " in app.ledger.text, "the live line")
+        assert app.ledger.live == live_line(live_fit(_ledger(), [558 * MIB] * 6))
