@@ -57,12 +57,16 @@ def fit_lines(doc: dict[str, Any]) -> list[str]:
     lines += _points(doc)
     fit = doc.get("fit")
     if fit is None:
-        lines.append(f"no fit: {doc.get('fit_error') or 'no points measured'}")
+        lines += _wrap(f"no fit: {doc.get('fit_error') or 'no points measured'}")
         return lines + _state(doc)
-    lines.append(_fit_line(doc))
+    lines += _wrap(_fit_line(doc), "", "  ")
     if fit.get("poor"):
-        lines += _wrap(f"the fit is poor (residuals, spread or extrapolation up to "
+        lines += _wrap(f"the fit is poor (residuals or step-to-step spread up to "
                        f"{fit['band']:.1%}, over 5%): ranges below, not one number")
+    if fit.get("per_doubling"):
+        lines += _wrap(f"past the probe the band grows {fit['per_doubling']:.1%} per doubling "
+                       "of B·T (the largest point predicted from the others was "
+                       f"{fit['extrapolation_error']:+.1%} off); over 5%: a range")
     if fit.get("rest_drift_bytes", 0) > 0.01 * (doc["points"][0].get("peak_bytes") or 1):
         lines += _wrap(f"the rest level grew {format_bytes(fit['rest_drift_bytes'])} over "
                        "the probe (kernels cached per shape): a fresh run holds one shape's")
@@ -131,22 +135,22 @@ def _answer(doc: dict[str, Any]) -> list[str]:
     if b.get("largest") is None:
         out += _wrap(f"largest B: none found ({b.get('why')})")
     elif b["largest"] == 0:
-        out.append(f"largest B at T={b['seq_len']}: none fits ({b.get('why')})")
+        out += _wrap(f"largest B at T={b['seq_len']}: none fits ({b.get('why')})")
     else:
-        out.append(f"largest B at T={b['seq_len']}: {_size(b)}  predicted peak "
-                   f"{format_bytes(b.get('peak_bytes'))} ±{b['band']:.1%} ({counter} "
-                   f"{format_bytes(b.get('counter_peak_bytes'))})")
+        out += _wrap(f"largest B at T={b['seq_len']}: {_size(b)}  predicted peak "
+                     f"{format_bytes(b.get('peak_bytes'))} ±{b['band']:.1%} ({counter} "
+                     f"{format_bytes(b.get('counter_peak_bytes'))})", "", "  ")
     if c.get("largest") is None:
         out += _wrap(f"largest T: none found ({c.get('why')})")
     elif c["largest"] == 0:
-        out.append(f"largest T at B={c['batch_size']}: none fits ({c.get('why')})")
+        out += _wrap(f"largest T at B={c['batch_size']}: none fits ({c.get('why')})")
     else:
-        out.append(f"largest T at B={c['batch_size']}: {_size(c)}  predicted peak "
-                   f"{format_bytes(c.get('peak_bytes'))} ±{c['band']:.1%} ({counter} "
-                   f"{format_bytes(c.get('counter_peak_bytes'))})")
+        out += _wrap(f"largest T at B={c['batch_size']}: {_size(c)}  predicted peak "
+                     f"{format_bytes(c.get('peak_bytes'))} ±{c['band']:.1%} ({counter} "
+                     f"{format_bytes(c.get('counter_peak_bytes'))})", "", "  ")
         if c.get("capped_by_context"):
-            out.append(f"  the model's context ends there (--block-size {c['max_seq_len']}); "
-                       f"memory allows ~{c.get('memory_allows')}")
+            out += _wrap(f"the model's context ends there (--block-size {c['max_seq_len']}); "
+                         f"memory allows ~{c.get('memory_allows')}", "  ", "  ")
     today = ans["today"]
     out.append(f"today (B={today['batch_size']}, T={today['seq_len']}): predicted peak "
                f"{format_bytes(today['peak_bytes'])}, "
@@ -169,14 +173,17 @@ def _verification(doc: dict[str, Any]) -> list[str]:
         return []
     out = ["", "verify (each in a fresh process, the budget as its --max-memory):"]
     for r in rows:
-        where = f"B={r['batch_size']} T={r['seq_len']}"
+        where = f"(B={r['batch_size']}, T={r['seq_len']})"
         mark = "agrees" if r["agrees"] else "DISAGREES"
         if r["status"] == OK:
             what = (f"measured {format_bytes(r['measured_bytes'])}, predicted "
                     f"{format_bytes(r['predicted_bytes'])} ({_pct(r['error'])})")
         elif r["status"] == GUARD:
-            what = (f"stopped by the memory guard: {r.get('guard_counter') or 'memory'} "
-                    f"{format_bytes(r['measured_bytes'])} > the budget")
+            seen = r.get("measured_bytes")
+            what = (f"stopped by the memory guard at {r.get('guard_counter') or 'memory'} "
+                    f"{format_bytes(seen)}, " + (
+                        "over the budget" if seen and seen > (doc.get("budget_bytes") or 0)
+                        else "its next step would pass the budget"))
         else:
             what = f"{r['status']}" + (f": {r['reason']}" if r.get("reason") else "")
         out += _wrap(f"{r['what']} {where}: {what}: {mark}", "  ", "    ")
