@@ -1,7 +1,7 @@
 """Will it fit? The largest batch (B) and context (T) that fit a memory budget, predicted by
 parts from a few measured probe points (`memtop fit`, README "Will it fit?").
 
-A probe point is a few steps at one (B, T) measured to steady state (trainer/fitprobe.py). Its
+A probe point is a few steps at one (B, T) measured to steady state (trainer/fitmeter.py). Its
 peak is split into parts (PARTS: what each is, per device), every part a measured figure:
 
 - rest parts (parameters, optimizer state, the runtime's own memory) are what a step leaves

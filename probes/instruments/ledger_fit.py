@@ -6,7 +6,7 @@ thread.
 
 The budget: the run's --max-memory (per rank, as its guard's limit) when set; else on CUDA the
 device's free memory plus what this process's allocator holds, on CPU the RAM still available
-plus this process's RSS (as `memtop fit`, trainer/fitprobe.py default_budget).
+plus this process's RSS (as `memtop fit`, trainer/fitmeter.py default_budget).
 """
 
 from __future__ import annotations

@@ -43,7 +43,7 @@ import json, sys, tempfile
 from pathlib import Path
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
-from trainer.fitprobe import probe_model
+from trainer.fitmeter import probe_model
 torch.manual_seed(0)
 model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=64, n_head=2, vocab_size=256,
                                    n_positions=256))
@@ -92,25 +92,30 @@ def test_far_sizes_are_predicted_within_10_percent(kind):
         # grow faster than the step (trainer/fitprobe.py): within half, 4-8x past the probe
 
 
-HEADROOM_PCT = 5.0  # B × 1.25 adds a quarter of the step's part, which must be more than
-# the headroom: over 4 × 5% = 20% of the budget at B (B ≈ 160 here: ~27% of it)
+# The step's part at B set to 3 × the process's own ~420 MiB and a 5% headroom: B × 1.25 is
+# then measured over the budget unless the fit over-predicts B's peak by more than 17%, and B
+# under it unless it under-predicts by more than 7% (on CPU far past the probe it over-predicts
+# by 3-9%: glibc's backward pages grow slower than the step there)
+HEADROOM_PCT = 5.0
+STEP_OVER_REST = 3.0
 
 
 @pytest.mark.slow
 def test_the_largest_batch_for_a_budget_runs_under_it_and_a_quarter_more_goes_over():
-    """`memtop fit`'s way: a probe (its refine point included) for a budget where a quarter
-    more B adds more than the headroom; the largest B predicted runs under the budget, B ×
-    1.25 over it, each measured in a fresh process."""
+    """`memtop fit`'s way: a probe (its refine point included) for a budget where the step's
+    part is most of the peak; the largest B predicted runs under the budget, B × 1.25 over
+    it, each measured in a fresh process."""
     first = fit_points(measure("gpt", PROBE), "cpu")
     rest = predict(first, 0, 64)["peak_bytes"]
     per_b = predict(first, 1, 64)["peak_bytes"] - rest
-    budget = int((rest + 160 * per_b) / (1 - HEADROOM_PCT / 100))
+    budget = int(rest * (1 + STEP_OVER_REST) / (1 - HEADROOM_PCT / 100))
     pts = measure("gpt", PROBE, budget, HEADROOM_PCT)
     refine = [(p["batch_size"], p["seq_len"]) for p in pts if p.get("role") == "refine"]
     assert any(t == 64 and b > 4 for b, t in refine)  # between the probe and the answer
     fit = fit_points(pts, "cpu")
     best = answer(fit, budget, HEADROOM_PCT, 4, 64, 256)["batch"]["largest"]
-    assert 80 <= best <= 320
+    guess = STEP_OVER_REST * rest / per_b  # what the first probe's line says
+    assert 0.5 * guess <= best <= 2 * guess
     (under,) = measure("gpt", [(best, 64)])
     (over,) = measure("gpt", [(math.ceil(best * 1.25), 64)])
     assert under["peak_bytes"] <= budget < over["peak_bytes"], (best, under["peak_bytes"],

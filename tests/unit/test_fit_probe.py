@@ -74,7 +74,7 @@ def test_a_real_allocation_failure_is_a_point_that_does_not_fit(tiny_config, tmp
 
     from probes.instruments.ledger import Ledger
     from probes.monitor.monitor import Monitor
-    from trainer.fitprobe import PointMeter
+    from trainer.fitmeter import PointMeter
 
     def probe_three() -> list[dict]:
         model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.ReLU(),
