@@ -8,3 +8,4 @@ from __future__ import annotations
 AMP_MODES = ("auto", "off", "bf16", "fp16")
 LEAK_KINDS = ("graph", "logits")
 ATTENTION_KINDS = ("explicit", "sdpa")  # explicit: B×nh×T×T scores stored; sdpa: fused kernel
+VOCAB_SIZE = 256  # byte-level: every byte value is a token (trainer/model.py GPTConfig)

@@ -20,7 +20,7 @@ from probes.counters.host import (
     cpu_bf16_override,
     read_cpu_flags,
 )
-from trainer.choices import AMP_MODES, ATTENTION_KINDS, LEAK_KINDS
+from trainer.choices import AMP_MODES, ATTENTION_KINDS, LEAK_KINDS, VOCAB_SIZE
 from trainer.corpus import corpus_bytes
 
 if TYPE_CHECKING:
@@ -307,6 +307,13 @@ class TrainConfig:
 
         return GPTConfig(block_size=self.block_size, n_layer=self.layers, n_head=self.heads,
                          n_embd=self.dim, attention=self.attention)
+
+    def param_count(self) -> int:
+        """The GPT's parameters without building it (trainer/model.py; lm_head tied to the
+        token table): vocab·D + block·D + L·(12·D² + 13·D) + 2·D. `memtop fit` sizes the
+        model with it before torch is imported."""
+        d, layers = self.dim, self.layers
+        return VOCAB_SIZE * d + self.block_size * d + layers * (12 * d * d + 13 * d) + 2 * d
 
     def hook_options(self) -> dict[str, Any]:
         """The keywords of probes.monitor.default_hooks for this run's instruments: the

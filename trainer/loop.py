@@ -21,6 +21,7 @@ from probes import records as R
 from probes.control.requests import RunControl
 from probes.instruments.hooks import GPTShape, StepHook
 from probes.monitor.monitor import Monitor
+from probes.monitor.scope import StepScope
 from probes.monitor.session import RunSession
 from probes.records import Record
 from probes.runfolder.state import RunState
@@ -183,8 +184,6 @@ class Trainer(BackgroundRun):
                scaler: torch.amp.GradScaler | None, batches: BatchSampler,
                device: torch.device, amp: str) -> None:
         cfg = self.config
-        autocast_dtype = AMP_DTYPES.get(amp)
-        clip = cfg.grad_clip if cfg.grad_clip > 0 else float("inf")
         model.train()
         while (cfg.steps == 0 or mon.step_count < cfg.steps) and not mon.should_stop:
             with mon.step() as s:
@@ -193,30 +192,42 @@ class Trainer(BackgroundRun):
                 if s.step == cfg.leak_stop_at and self.leak.active:
                     self._leak(s.step, start=False)
                 x, y = batches.next_batch()
-                with record_function("forward"), torch.autocast(
-                    device_type=device.type, dtype=autocast_dtype or torch.float32,
-                    enabled=autocast_dtype is not None,
-                ):
-                    logits, loss = model(x, y)
-                with record_function("backward"):
-                    retain = self.leak.retain_graph  # the graph demo on CUDA (trainer/leaks.py)
-                    if scaler is not None:
-                        scaler.scale(loss).backward(retain_graph=retain)
-                    else:
-                        loss.backward(retain_graph=retain)
-                with record_function("optimizer"):
-                    if scaler is not None:
-                        scaler.unscale_(optimizer)  # clipping must see true gradients
-                    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-                    if scaler is not None:
-                        scaler.step(optimizer)  # skipped inside when gradients hold inf/nan
-                        scaler.update()
-                    else:
-                        optimizer.step()
-                    optimizer.zero_grad(set_to_none=True)
-                s.set(loss=loss, grad_norm=grad_norm, output=logits)
+                logits, loss = self.train_step(s, model, optimizer, scaler, x, y, device, amp)
                 self.leak.keep(loss, logits)
                 del x, y, logits, loss
+
+    def train_step(self, s: StepScope, model: torch.nn.Module,
+                   optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler | None,
+                   x: torch.Tensor, y: torch.Tensor, device: torch.device,
+                   amp: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """One optimizer step on (x, y) inside ``s``, in the tutorial's order (module
+        docstring); the step's values handed to the Monitor. `memtop fit`'s probe runs the
+        same step (trainer/fitprobe.py)."""
+        autocast_dtype = AMP_DTYPES.get(amp)
+        clip = self.config.grad_clip if self.config.grad_clip > 0 else float("inf")
+        with record_function("forward"), torch.autocast(
+            device_type=device.type, dtype=autocast_dtype or torch.float32,
+            enabled=autocast_dtype is not None,
+        ):
+            logits, loss = model(x, y)
+        with record_function("backward"):
+            retain = self.leak.retain_graph  # the graph demo on CUDA (trainer/leaks.py)
+            if scaler is not None:
+                scaler.scale(loss).backward(retain_graph=retain)
+            else:
+                loss.backward(retain_graph=retain)
+        with record_function("optimizer"):
+            if scaler is not None:
+                scaler.unscale_(optimizer)  # clipping must see true gradients
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+            if scaler is not None:
+                scaler.step(optimizer)  # skipped inside when gradients hold inf/nan
+                scaler.update()
+            else:
+                optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        s.set(loss=loss, grad_norm=grad_norm, output=logits)
+        return logits, loss
 
     def _save_weights(self, mon: Monitor, model: GPT, amp: str) -> None:
         """weights.pt for `memtop infer --weights RUN`; a failure is recorded, not raised."""

@@ -21,12 +21,12 @@ import torch
 import torch.nn as nn
 from torch.nn import functional as F
 
-from trainer.choices import ATTENTION_KINDS
+from trainer.choices import ATTENTION_KINDS, VOCAB_SIZE
 
 
 @dataclass
 class GPTConfig:
-    vocab_size: int = 256  # byte-level: every byte value is a token, no tokenizer file needed
+    vocab_size: int = VOCAB_SIZE  # byte-level: every byte value is a token, no tokenizer file
     block_size: int = 128  # longest context the position table covers
     n_layer: int = 4  # transformer blocks
     n_head: int = 4  # attention heads per block

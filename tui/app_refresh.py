@@ -94,6 +94,7 @@ class RefreshLoop:
                 if label != self.panes[spec.id].label:
                     self.panes[spec.id].relabel(label, label)
         self.chart.add_points(samples)
+        self.ledger.push(samples)  # its live "fits B ≤ …" line (probes/analysis/fit_live.py)
         self.step_split.push(samples, self.run_state.started, self.device_type)
         for infer_pane in self.infer_panes:
             infer_pane.push(samples)

@@ -30,7 +30,7 @@ _EXPORTS = {
     **dict.fromkeys(("NvmlPoller", "NvmlReading", "candidate_uuids", "index_fallback"),
                     ".nvml"),
     **dict.fromkeys(("RssReader", "host_available_bytes", "host_info", "host_ram_bytes",
-                     "memtop_version"), ".host"),
+                     "memtop_version", "peak_rss_bytes", "reset_peak_rss"), ".host"),
     "system_info": ".sysinfo",
     **dict.fromkeys(("ChildChange", "ChildMemory", "ProcessTreeSampler", "WorkersReading"),
                     ".workers"),

@@ -146,6 +146,31 @@ def host_info() -> dict[str, Any]:
     }
 
 
+def peak_rss_bytes() -> int | None:
+    """This process's resident-set high-water mark (VmHWM in /proc/self/status): a true peak,
+    unlike RSS read at a step's end; None where it cannot be read (not Linux)."""
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def reset_peak_rss() -> bool:
+    """Start VmHWM over from the RSS now (``5`` into /proc/self/clear_refs, Linux 4.0+), so the
+    next read is the peak of what ran since. False where the kernel refuses it (an older
+    kernel, a sandbox): the caller then has no true peak and must say so."""
+    try:
+        with open("/proc/self/clear_refs", "w", encoding="ascii") as fh:
+            fh.write("5")
+    except OSError:
+        return False
+    return True
+
+
 class RssReader:
     """Process RSS from /proc/self/statm, keeping the file open so a read is one pread."""
 

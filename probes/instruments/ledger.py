@@ -34,7 +34,9 @@ import torch
 
 from probes import records as R
 from probes.counters.memory import heap_counters
+from probes.instruments import ledger_fit
 from probes.instruments.hooks import RunContext, StepHook, StepTensors
+from probes.instruments.ledger_fit import rest_level
 from probes.instruments.tensor_bytes import SavedTensorMeter, storage_key, unique_bytes
 from probes.records import Event, StepSample
 from probes.tools.units import format_bytes
@@ -107,6 +109,12 @@ class Ledger(StepHook):
                            + unique_bytes(ctx.model.buffers())[0])
             self._baseline = allocated - model_bytes if allocated is not None else None
 
+    def measure_next(self) -> None:
+        """Measure the next step whatever the schedule: `memtop fit` asks for each probe
+        point's first measured step (trainer/fitprobe.py). Nothing after a failure."""
+        if self._first >= 0:
+            self._force_next = True
+
     def due(self, step: int) -> bool:
         if self._first < 0:
             return False
@@ -159,6 +167,7 @@ class Ledger(StepHook):
 
     def _begin(self, step: int) -> tuple[dict[str, Any], list[Any]]:
         t0 = self._measured_at = time.perf_counter()
+        rest = rest_level(self.ctx.device)  # the level between steps: the live fit line's
         model, optimizer = self.ctx.model, self.ctx.optimizer
         params = list(model.parameters())
         param_bytes, param_keys = unique_bytes(params)
@@ -184,7 +193,7 @@ class Ledger(StepHook):
                    for p in params if p.requires_grad]
         handles.append(model.register_forward_hook(on_forward_end))
         meter = SavedTensorMeter(exclude=param_keys | buffer_keys | state_keys)
-        pending = {"step": step, "params": params, "param_bytes": param_bytes,
+        pending = {"step": step, "rest": rest, "params": params, "param_bytes": param_bytes,
                    "buffer_bytes": buffer_bytes, "grads": grads, "meter": meter, "snap": snap,
                    "cost_s": time.perf_counter() - t0}
         return pending, handles
@@ -350,6 +359,8 @@ class Ledger(StepHook):
             "model": {"params": n_params, "param_dtype": str(param_dtype).replace("torch.", ""),
                       "vocab_size": _vocab(self.ctx.model)},
             "sample_every": self.every, "min_gap_s": self.min_gap_s,
+            "batch_dim": self._shape[0] if self._shape else None,
+            **ledger_fit.facts(self.ctx, p["rest"]),
         }
 
 

@@ -13,6 +13,10 @@ from typing import Any
 
 import torch
 
+# softmax's backward nodes: F.softmax's, and the masked ("safe") softmax that SDPA's math path
+# runs when it cannot fuse (an explicit attention mask: Hugging Face GPT-2's default on CPU
+# saves its (B, heads, T, T) weights through it, T² memory the ledger must call scores)
+_SOFTMAX_FNS = ("SoftmaxBackward", "SafeSoftmaxBackward")
 _VIEW_FNS = {"TBackward0", "ViewBackward0", "TransposeBackward0", "PermuteBackward0",
              "UnsafeViewBackward0", "ExpandBackward0", "ReshapeAliasBackward0"}
 
@@ -41,7 +45,8 @@ def unique_bytes(tensors: Any) -> tuple[int, set[tuple]]:
 
 
 def classify(t: torch.Tensor) -> str:
-    """'weight' for an autocast cast of a leaf parameter, 'scores' for a softmax T×T output."""
+    """'weight' for an autocast cast of a leaf parameter, 'scores' for a softmax T×T output
+    (F.softmax's or SDPA's masked softmax)."""
     fn = t.grad_fn
     for _ in range(3):
         if fn is None:
@@ -51,10 +56,10 @@ def classify(t: torch.Tensor) -> str:
             nxt = fn.next_functions[0][0] if fn.next_functions else None
             if nxt is not None and type(nxt).__name__ == "AccumulateGrad":
                 return "weight"
-            if nxt is not None and type(nxt).__name__.startswith("SoftmaxBackward"):
+            if nxt is not None and type(nxt).__name__.startswith(_SOFTMAX_FNS):
                 return "scores" if t.dim() == 4 and t.shape[-1] == t.shape[-2] else "activation"
             return "activation"
-        if name.startswith("SoftmaxBackward"):
+        if name.startswith(_SOFTMAX_FNS):
             return "scores" if t.dim() == 4 and t.shape[-1] == t.shape[-2] else "activation"
         if name not in _VIEW_FNS:
             return "activation"

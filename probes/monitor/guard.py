@@ -21,13 +21,20 @@ class MemoryGuard:
 
     Its time to full is the leak banner's (probes/counters/fill.py): the same counter (reserved
     or RSS against the limit), the same fitted rate; it stops when the last step's growth or
-    that rate would pass the limit within one step."""
+    that rate would pass the limit within one step.
+
+    During the warm-up steps (``warmup_steps``) a step's growth is set-up, not a rate: the
+    first step makes the optimizer's state, its first activations and the kernels' caches at
+    once (+149 MiB on memtop's default CPU run, whose later steps hold still), so carried one
+    step ahead it stopped runs whose peak fits (`memtop fit`'s largest B, README "Will it
+    fit?"). Then only a counter already over the limit stops the run."""
 
     def __init__(self, limit_bytes: int | None, device_type: str,
                  emit: Callable[[str, int, dict[str, Any]], Any],
-                 stop: Callable[[str], None]) -> None:
+                 stop: Callable[[str], None], warmup_steps: int = 0) -> None:
         self.limit_bytes = limit_bytes
         self.device_type = device_type
+        self.warmup_steps = warmup_steps
         self._emit, self._stop = emit, stop
         self._prev: dict[str, int | None] | None = None
         self.fill = FillTracker()
@@ -58,9 +65,10 @@ class MemoryGuard:
         if step > 0 and time_s is not None:
             self.fill.feed(step, time_s, where[2] if where else None)
         self.forecast = self.fill.forecast(where)
-        trip = guard_trip(watched, prev, self.limit_bytes)
+        settled = step > self.warmup_steps
+        trip = guard_trip(watched, prev if settled else None, self.limit_bytes)
         fc = self.forecast
-        if trip is None and fc is not None and fc.steps_to_full == 0:
+        if trip is None and settled and fc is not None and fc.steps_to_full == 0:
             trip = (fc.counter, fc.value_bytes, int(fc.bytes_per_step))  # the fitted rate
         if trip is None:
             return False
@@ -79,10 +87,11 @@ class MemoryGuard:
 
 def guard_reason(step: int, counter: str, value: int, limit: int, growth: int,
                  fitted: float | None) -> str:
-    """run_finished's reason for a guard stop. "passed" when the counter is over the limit
-    already (a jump within one step: "would pass ... (0 B left)" read wrong, issue 44); the
-    rate is the forecast's fitted one beside this step's own jump where the two differ, so it
-    matches the leak alert's rate instead of one chunk of RSS."""
+    """run_finished's reason for a guard stop. "passed" when this step's jump carried the
+    counter over the limit ("would pass ... (0 B left)" read wrong, issue 44), "is over" when
+    it was over before (during warm-up only that stops a run); the rate is the forecast's
+    fitted one beside this step's own jump where the two differ, so it matches the leak
+    alert's rate instead of one chunk of RSS."""
     if step == 0:
         return (f"memory guard: {counter} is {format_bytes(value)} before the first step, "
                 f"already over --max-memory {format_bytes(limit)}; nothing was trained")
@@ -93,9 +102,13 @@ def guard_reason(step: int, counter: str, value: int, limit: int, growth: int,
         both = rate
     else:
         both = f"{rate}, {jump}"
-    if value > limit:
+    if value > limit and 0 < growth and value - growth <= limit:
         return (f"memory guard: {counter} at {format_bytes(value)} passed --max-memory "
                 f"{format_bytes(limit)} this step ({format_bytes(value - limit)} over; {both})")
+    if value > limit:  # over before this step (a warm-up step's one-off growth carried it)
+        rates = f"; {rate}" if fitted else ""
+        return (f"memory guard: {counter} at {format_bytes(value)} is over --max-memory "
+                f"{format_bytes(limit)} ({format_bytes(value - limit)} over{rates})")
     # the growth and the room left: rounded alone, value and limit often read the same
     return (f"memory guard: {counter} at {format_bytes(value)} ({both}) would pass "
             f"--max-memory {format_bytes(limit)} next step ({format_bytes(limit - value)} left)")

@@ -227,7 +227,7 @@ class Monitor:
         if endpoint is not None:  # after run_started: the first scrape has the run's facts
             session.serve_metrics(endpoint, env_world_size())
         self.guard = MemoryGuard(max_memory_bytes, self.device.type, self.emit,
-                                 self.control.stop)
+                                 self.control.stop, warmup_steps=warmup_steps)
         # a limit already passed stops before step 1; the read is not a step's: no peak from it
         self.guard.check(0, self.memory.read(count_peak=False))
         _OPEN.add(self)

@@ -153,6 +153,7 @@ MEMORY_ATTRIBUTION = "memory_attribution"
 ATTRIBUTION_CANCELLED = "attribution_cancelled"
 WORKERS = "workers"
 WORKER_DIED = "worker_died"
+FIT_POINT = "fit_point"
 
 _OP_FIELDS = {"name": "str", "calls": "int", "self_cpu_us": "num", "cpu_total_us": "num",
               "self_device_us": "num", "device_total_us": "num", "cpu_memory_bytes": "int",
@@ -282,6 +283,18 @@ def _error(d: Mapping[str, Any]) -> str:
     return f"{d.get('error_type', 'Error')}: {d.get('message', '')}"
 
 
+def _fit_point(d: Mapping[str, Any]) -> str:
+    where = f"B={d.get('batch_size')} T={d.get('seq_len')}"
+    status = d.get("status")
+    if status != "ok":
+        return f"{where}: {status}" + (f" ({d['reason']})" if d.get("reason") else "")
+    spread = finite_num(d.get("spread"))
+    return (f"{where}: peak {format_bytes(d.get('peak_bytes'))}"
+            + (f" ±{spread:.1%}" if spread else "")
+            + f", {d.get('counter_peak_name') or 'counter peak'} "
+            f"{format_bytes(d.get('counter_peak_bytes'))}")
+
+
 def _control(d: Mapping[str, Any]) -> str:
     at = f" at step {d['at_step']}" if d.get("at_step") else ""
     return f"{d.get('request')} requested by {d.get('source', '?')}{at}"
@@ -380,7 +393,10 @@ _KINDS = (
                "reserved_bytes": "int", "explained_bytes": "int", "unexplained_bytes": "int",
                "tensors_at_snapshot_bytes": "int",
                "unexplained_ratio": "num", "attention_scores_bytes": "int",
-               "peak_allocated_bytes": "int", "counter": "str", "device": "str"},
+               "peak_allocated_bytes": "int", "counter": "str", "device": "str",
+               "rest": {"allocated": "int", "reserved": "int", "rss": "int"},
+               "budget_bytes": "int", "budget_source": "str", "max_seq_len": "int",
+               "world_size": "int", "batch_dim": "int"},
               loud=False,
               required=("sampled_step", "snapshot", "measure_ms")),
     EventKind(LEDGER_FAILED, "the ledger stopped measuring, and why", {"message": "str"},
@@ -439,6 +455,12 @@ _KINDS = (
               CHILD_FIELDS, summary=worker_died_summary, required=("pid", "exit")),
     EventKind(EVALUATE, "a framework's evaluation ran between two optimizer steps (HF, Lightning)",
               {"seconds": "num", "metrics": {}, "source": "str"}, summary=_evaluate),
+    EventKind(FIT_POINT, "memtop fit: one probe point (B, T) measured, its peak split into parts",
+              {"batch_size": "int", "seq_len": "int", "status": "str", "reason": "str",
+               "peak_bytes": "int", "counter_peak_bytes": "int", "counter_peak_name": "str",
+               "scores_bytes": "int", "spread": "num", "steps": "int", "seconds": "num",
+               "step_ms": "num", "peak_source": "str", "parts": {}, "rest": {}},
+              summary=_fit_point, required=("batch_size", "seq_len", "status")),
     EventKind(SAVE, "a framework saved a checkpoint between two optimizer steps (HF, Lightning)",
               {"seconds": "num", "path": "str", "source": "str"}, summary=_save),
 )

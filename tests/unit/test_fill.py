@@ -355,6 +355,8 @@ def test_the_guard_says_passed_once_over_the_limit_with_the_fitted_rate():
     assert ahead == ("memory guard: host RSS at 497 MiB (+4.0 MiB/step fitted) would pass "
                      "--max-memory 500 MiB next step (3.0 MiB left)")
     assert "+4.0 MiB/step)" in guard_reason(80, "host RSS", 497 * MIB, limit, 4 * MIB, None)
+    over = guard_reason(3, "host RSS", 550 * MIB, limit, 0, None)  # over before this step
+    assert over == "memory guard: host RSS at 550 MiB is over --max-memory 500 MiB (50.0 MiB over)"
     summary = R.EVENT_KINDS[R.MEMORY_GUARD].summary
     assert "passed" in summary({"counter": "host RSS", "watched_bytes": 502 * MIB,
                                 "limit_bytes": limit})

@@ -21,7 +21,7 @@ from probes.runfolder import RunFolderError, read_config, read_rows, require_con
 TRAIN_KEYS = {"report_version", "run_dir", "generated_at", "complete", "incomplete_reasons",
               "rows", "metrics_file", "finding", "hardware", "software", "model", "input", "mode",
               "amp", "warmup_steps", "measurement", "results", "step_split", "ranks", "ledger",
-              "ledger_events", "profiles", "leaks", "leak_timing", "status"}
+              "ledger_events", "live_fit", "profiles", "leaks", "leak_timing", "status"}
 INFER_KEYS = {"report_version", "run_dir", "generated_at", "complete", "incomplete_reasons",
               "rows", "finding", "hardware", "software", "model", "input", "mode", "amp",
               "results", "profiles", "status"}

@@ -7,5 +7,5 @@ and bad-input errors answer at once; the heavy imports happen inside ``run``.
 from __future__ import annotations
 
 # Listed in the order `memtop --help` shows them.
-COMMANDS = ("train", "infer", "view", "runs", "report", "compare", "sweep", "snapshot",
+COMMANDS = ("train", "infer", "view", "runs", "report", "compare", "sweep", "fit", "snapshot",
             "metrics")

@@ -8,14 +8,16 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Static
 
+from probes.analysis.fit_live import LivePeaks
 from tui.format import fit
 from tui.format_panels import ledger_footer, ledger_rows
 
 PLACEHOLDER = "ledger: waiting for a sampled step (params, grads, AdamW state, activations…)"
 
 
-def ledger_table_text(data: dict[str, Any], width: int) -> str:
-    """Fixed-width rows: name, measured, predicted, formula (dropped when narrow)."""
+def ledger_table_text(data: dict[str, Any], width: int, live: str | None = None) -> str:
+    """Fixed-width rows: name, measured, predicted, formula (dropped when narrow); under the
+    footer the live "fits B ≤ …" line once the run is steady (probes/analysis/fit_live.py)."""
     rows = ledger_rows(data)
     name_w = max([len(r[0]) for r in rows] + [4])
     name_w = min(name_w, 22)
@@ -30,6 +32,8 @@ def ledger_table_text(data: dict[str, Any], width: int) -> str:
             text += "  " + note
         lines.append(fit(text, width))
     lines.append(fit(ledger_footer(data), width))
+    if live:
+        lines.append(fit(live, width))
     return "\n".join(lines)
 
 
@@ -53,6 +57,8 @@ class LedgerPane(Vertical):
         self.data: dict[str, Any] | None = None
         self._body = Static(PLACEHOLDER, markup=False)
         self._text = ""
+        self.peaks = LivePeaks()  # the budget counter after the ledger's step: the live line
+        self.live: str | None = None
 
     def compose(self) -> ComposeResult:
         yield self._body
@@ -67,8 +73,19 @@ class LedgerPane(Vertical):
 
     def show_ledger(self, data: dict[str, Any]) -> None:
         self.data = data
+        self.peaks.new_ledger(data)
+        self.live = None
         self.set_class(False, "-empty")
         self._draw()
+
+    def push(self, samples: list[Any]) -> None:
+        """Step rows as they arrive: the live line is recomputed from them (here, off the
+        training thread) and redrawn when it changed."""
+        if self.peaks.add(samples):
+            live = self.peaks.line()
+            if live != self.live:
+                self.live = live
+                self._draw()
 
     def on_resize(self) -> None:
         if self.data is not None:
@@ -82,7 +99,7 @@ class LedgerPane(Vertical):
         if self.data is None:
             return
         width = max(20, (self.content_region.width or self.size.width or 60) - 2)
-        text = ledger_table_text(self.data, width)
+        text = ledger_table_text(self.data, width, self.live)
         if text != self._text:
             self._text = text
             self._body.update(text)

@@ -18,6 +18,7 @@ from probes import records as R
 from probes.analysis.compare.modules import last_window, module_changes
 from probes.analysis.compare.phases import phase_changes
 from probes.analysis.compare.windows import DEFAULT_LOSS_TOLERANCE, profile_windows, windows_summary
+from probes.analysis.fit_file import fit_summary
 from probes.analysis.measured import LOSS_WINDOW, measured_steps, peak_steps
 from probes.analysis.runlist import run_outcome
 from probes.analysis.step_split import phase_values
@@ -77,6 +78,7 @@ class RunFigures:
     windows: list[dict[str, Any]] = field(default_factory=list)  # profiler windows taken
     phases: dict[str, list[float]] = field(default_factory=dict)  # step split, measured steps
     modules: dict[str, Any] | None = None  # the last memory attribution window's event
+    fit: dict[str, Any] | None = None  # `memtop fit`'s answer (fit.json), where the run has one
 
     @property
     def name(self) -> str:
@@ -150,7 +152,8 @@ def load_run(path: str | Path) -> RunFigures:
         driver_peak_bytes=_max(peak_rows, "driver_used_bytes"),
         skipped_steps=skipped if isinstance(skipped, int) and skipped >= 0 else 0,
         losses=losses, windows=profile_windows(rows.events, steps, run_dir),
-        phases=phase_values(measured), modules=last_window(rows.events))
+        phases=phase_values(measured), modules=last_window(rows.events),
+        fit=fit_summary(run_dir))
 
 
 # ---- the rules ---------------------------------------------------------------------------------
@@ -298,6 +301,8 @@ def compare_figures(a: RunFigures, b: RunFigures,
         "phases": phase_changes(a.phases, b.phases, median_ratio),  # which phase moved
         "modules": module_changes(a.modules, b.modules),  # which module's memory moved
     }
+    if a.fit or b.fit:  # `memtop fit` runs: their answers side by side
+        out["fit"] = {"a": a.fit, "b": b.fit}
     if a.windows or b.windows:
         wa, wb = windows_summary(a.windows), windows_summary(b.windows)
         out["profiler"] = {"a": wa, "b": wb, "active_step_ms": median_ratio(

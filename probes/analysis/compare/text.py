@@ -100,6 +100,8 @@ def comparison_lines(c: dict[str, Any], base: str) -> list[str]:
         out.extend("  " + line for line in _agreement_lines(pc["agreement"]))
     else:
         out.extend(_agreement_lines(c["loss"]))
+    if c.get("fit"):
+        out.extend(fit_compare_lines(c["fit"]))
     if "phases" in c:
         out.extend(phase_lines(c["phases"]))
     if "modules" in c:
@@ -107,6 +109,29 @@ def comparison_lines(c: dict[str, Any], base: str) -> list[str]:
     if c.get("profiler"):
         out.extend(profiler_lines(c["profiler"]))
     return out + [""]
+
+
+def fit_compare_lines(fit: dict[str, Any]) -> list[str]:
+    """`memtop fit`'s answers side by side (fit.json): what the change did to the limit."""
+    out = ["- Will it fit (fit.json):"]
+    for side, label in (("a", "A"), ("b", "B")):
+        f = fit.get(side)
+        if not f:
+            out.append(f"  - {label}: no fit.json")
+        elif f.get("error"):
+            out.append(f"  - {label}: {f['error']}")
+        else:
+            out.append(f"  - {label}: {f.get('headline') or f.get('fit_error') or 'no answer'}"
+                       f" under {format_bytes(f.get('budget_bytes'))} less "
+                       f"{f.get('headroom_pct') or 0:g}%; today's size predicted at "
+                       f"{format_bytes(f.get('today_peak_bytes'))}")
+    a, b = fit.get("a") or {}, fit.get("b") or {}
+    for key, name in (("largest_batch", "largest B"), ("largest_seq", "largest T")):
+        if a.get(key) and b.get(key):
+            out.append(f"  - {name}: {a[key]} -> {b[key]} ({_pct(b[key] / a[key])})")
+    if a.get("budget_bytes") and b.get("budget_bytes") and a["budget_bytes"] != b["budget_bytes"]:
+        out.append("  - the budgets differ: the sizes answer different questions")
+    return out
 
 
 def profiler_lines(p: dict[str, Any]) -> list[str]:

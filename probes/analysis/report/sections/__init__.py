@@ -24,6 +24,7 @@ from probes.analysis.report.sections import (
     baseline,
     culprits,
     finding,
+    fit,
     header,
     infer_finding,
     infer_results,
@@ -52,6 +53,7 @@ SECTIONS: dict[str, tuple[Section, ...]] = {
     "train": (
         Section(header.build_train, header.render_train),
         Section(finding.build, finding.render, summary=True),
+        Section(fit.build, fit.render),
         Section(setup.build, setup.render),
         Section(results.build, results.render),
         Section(step_split.build, step_split.render),

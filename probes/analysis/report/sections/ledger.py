@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from probes import records as R
+from probes.analysis.fit_live import live_fit, live_line, steady_peaks
 from probes.analysis.report.context import ReportContext, shown_fields
 from probes.records import incomplete
 from probes.tools.tables import markdown_table
@@ -14,8 +15,10 @@ from probes.tools.units import format_bytes, format_pct
 
 def build(ctx: ReportContext) -> dict[str, Any]:
     ledger = ctx.last_ledger
+    live = live_fit(ledger, steady_peaks(ledger, ctx.steps)) if ledger else None
     return {"ledger": shown_fields(ledger) if ledger else None,
-            "ledger_events": len(ctx.ledgers)}
+            "ledger_events": len(ctx.ledgers),
+            "live_fit": dict(live, line=live_line(live)) if live else None}
 
 
 def render(section: dict[str, Any], report: dict[str, Any]) -> list[str]:
@@ -34,6 +37,13 @@ def render(section: dict[str, Any], report: dict[str, Any]) -> list[str]:
     md += [when, "",
            markdown_table(["line", "measured", "predicted", "formula"], rows, right={1, 2}), ""]
     md += [f"- **{ln.get('name')}**: {ln['note']}" for ln in led["lines"] if ln.get("note")]
+    live = section.get("live_fit")
+    if live:
+        md += ["", f"**{live['line']}**: against {format_bytes(live['budget_bytes'])}"
+               f" ({live['budget_source']}) less {live['headroom_pct']:g}% headroom, from this "
+               f"run's one size: {format_bytes(live['base_bytes'])} between steps and "
+               f"{format_bytes(live['step_bytes'])} a step of B={live['batch_size']} adds "
+               "(the band: the sampled peak's spread; `memtop fit` measures several sizes)."]
     alive, alloc = led.get("tensors_at_snapshot_bytes"), led.get("allocated_bytes")
     if not isinstance(alive, int):  # a run recorded before the ledger said it
         alive = led.get("total_measured_bytes")

@@ -1,0 +1,394 @@
+"""Will it fit? The largest batch (B) and context (T) that fit a memory budget, predicted by
+parts from a few measured probe points (`memtop fit`, README "Will it fit?").
+
+A probe point is a few steps at one (B, T) measured to steady state (trainer/fitmeter.py). Its
+peak is split into parts (PARTS: what each is, per device), every part a measured figure:
+
+- rest parts (parameters, optimizer state, the runtime's own memory) are what a step leaves
+  behind; they do not depend on B or T. Taken from the first probe point: a fresh run holds
+  the one shape's caches it held (oneDNN builds kernels per shape under CPU bf16).
+- step parts (gradients, autocast weight copies, saved activations, temporaries) are each
+  fitted by least squares on 1, B·T and, where the run measured saved T×T attention scores
+  (explicit attention; none with sdpa), B·T²;
+- the allocator's or heap's overhead (CUDA: its cache; CPU: what backward adds above the end
+  of forward and the free pages glibc keeps) follows the step's tensors: a constant plus a
+  share of the saved activations and temporaries. Backward allocates their gradients, the same
+  sizes, and glibc's free pages follow them: fitted on its own in B·T and B·T² over the
+  probe's small sizes, it came out falling with T² and missed T = 1024 by 150 MiB; as a share
+  (about half, measured at 4-8× past the probe) it extrapolates with them.
+
+The prediction is their sum; residuals are measured minus predicted peak at the probe points.
+The band (±) within the probe is the larger of the residuals and each point's step-to-step
+spread (over GOOD_FIT the fit is poor); past the probe it grows by the error of predicting the
+largest point from the others (leave-one-out: how the fit extrapolates, measured) per doubling
+of B·T (band_at). Where the band passes GOOD_FIT the answer is a range, not one number.
+
+No torch: readers (`memtop report`, `compare`) load fit.json through this module.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+FIT_VERSION = 1
+FIT_FILE = "fit.json"
+OK, OVER, OOM, GUARD, FAILED, INTERRUPTED, NOT_RUN = (
+    "ok", "over budget", "oom", "guard", "failed", "interrupted", "not run")
+GOOD_FIT = 0.05  # a band (residuals, spread, extrapolation) above this: the fit is poor
+DEFAULT_HEADROOM_PCT = 10.0  # what `--headroom` leaves free of the budget by default
+REST, STEP = "rest", "step"
+VARY = ("batch", "context", "both")
+
+
+STATE_BYTES_PER_PARAM = 16  # fp32 parameters, their gradients and AdamW's two moments
+
+
+def model_size_problem(budget_bytes: int, params: int, what: str = "--memory") -> str | None:
+    """Why a budget cannot hold the model at all (its parameters, gradients and AdamW's
+    state), in one sentence; None when it can."""
+    from probes.tools.units import format_bytes
+
+    states = params * STATE_BYTES_PER_PARAM
+    if budget_bytes >= states:
+        return None
+    return (f"{what} {format_bytes(budget_bytes)} is below the model's own size, "
+            f"{format_bytes(states)} (parameters, gradients and AdamW's two moments: "
+            f"{params:,} params × {STATE_BYTES_PER_PARAM} B)")
+
+
+class FitError(ValueError):
+    """The points do not make a fit (too few, all at one size): the reason, one sentence."""
+
+
+@dataclass(frozen=True)
+class PartSpec:
+    """One part of the peak: ``rest`` (constant) or ``step`` (fitted in B and T);
+    ``in_counter``: part of the counter's own peak (CPU heap peak, CUDA peak allocated);
+    ``follows``: an overhead fitted as a constant plus a share (≥ 0) of those parts, not on
+    its own (module docstring)."""
+
+    name: str
+    kind: str
+    in_counter: bool
+    advice: str
+    follows: tuple[str, ...] = ()
+
+
+_ACTS = "activation checkpointing, or a smaller B or T"
+_TENSORS = ("saved activations", "temporaries")  # what the overheads follow
+PARTS: dict[str, tuple[PartSpec, ...]] = {
+    "cpu": (
+        PartSpec("parameters", REST, True, "bf16 parameters halve them; a smaller model"),
+        PartSpec("optimizer state", REST, True,
+                 "SGD with momentum keeps one copy where AdamW keeps two; 8-bit states"),
+        PartSpec("runtime heap", REST, True,
+                 "torch's and Python's own heap in this process, not the model's"),
+        PartSpec("outside the heap", REST, False,
+                 "libraries, code pages, Python's arenas: the process, not the model"),
+        PartSpec("gradients", STEP, False, "one per parameter: bf16 parameters, sharding"),
+        PartSpec("autocast weight copies", STEP, True, "bf16 casts of the weights per step"),
+        PartSpec("saved activations", STEP, True, _ACTS),
+        PartSpec("temporaries", STEP, True,
+                 "logits and loss (B×T×vocab in fp32): a chunked loss"),
+        PartSpec("backward and free heap", STEP, False,
+                 "backward's buffers and the free pages glibc keeps: a smaller B or T",
+                 follows=_TENSORS),
+    ),
+    "cuda": (
+        PartSpec("parameters", REST, True, "bf16 parameters halve them; FSDP shards them"),
+        PartSpec("optimizer state", REST, True,
+                 "SGD with momentum keeps one copy where AdamW keeps two; 8-bit states, ZeRO"),
+        PartSpec("runtime", REST, True, "buffers and workspaces left between steps"),
+        PartSpec("gradients", STEP, True, "one per parameter: bf16 parameters, sharding"),
+        PartSpec("autocast weight copies", STEP, True, "fp16/bf16 casts of the weights"),
+        PartSpec("saved activations", STEP, True, _ACTS),
+        PartSpec("temporaries", STEP, True,
+                 "logits and loss (B×T×vocab in fp32), backward's buffers: a chunked loss"),
+        PartSpec("allocator cache", STEP, False,
+                 "fragmentation: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+                 follows=_TENSORS),
+    ),
+}
+SCORES_ADVICE = "--attention sdpa stores no T×T scores"
+
+
+def parts_for(device: str) -> tuple[PartSpec, ...]:
+    return PARTS["cuda" if str(device).startswith("cuda") else "cpu"]
+
+
+# ---- the probe's points ---------------------------------------------------------------------
+def probe_grid(batch_size: int, seq_len: int, vary: str,
+               batches: Sequence[int] | None = None,
+               seq_lens: Sequence[int] | None = None) -> list[tuple[int, int]]:
+    """(B, T) points in the order they run, smallest footprint (B·T) first. ``batch``: B in
+    ``batches`` (1, 2, 4) at today's T; ``context``: T in ``seq_lens`` (T/4, T/2, T) at today's
+    B; ``both``: the batch points, and the context points at the largest probed B (small
+    points: the probe stays short). ValueError when the axis cannot vary."""
+    if vary not in VARY:
+        raise ValueError(f"--vary must be one of {', '.join(VARY)}, got {vary!r}")
+    bs = sorted(set(batches or (1, 2, 4)))
+    ts = sorted(set(seq_lens or (t for t in (seq_len // 4, seq_len // 2, seq_len) if t >= 1)))
+    if any(b < 1 for b in bs) or any(t < 1 for t in ts):
+        raise ValueError("probe points need B and T of at least 1")
+    if vary != "batch" and len(ts) < (2 if seq_lens else 3):
+        raise ValueError(f"--vary {vary} probes T at several lengths up to --seq-len "
+                         f"{seq_len}; give a --seq-len of at least 4")
+    t_ref, b_ref = max(ts), max(bs)
+    if vary == "batch":
+        points = [(b, seq_len) for b in bs]
+    elif vary == "context":
+        points = [(batch_size, t) for t in ts]
+    else:
+        points = [(b, t_ref) for b in bs] + [(b_ref, t) for t in ts]
+    unique = list(dict.fromkeys(points))
+    return sorted(unique, key=lambda p: (p[0] * p[1], p[0]))
+
+
+# ---- fitting --------------------------------------------------------------------------------
+def _features(b: float, t: float, quadratic: bool) -> list[float]:
+    return [1.0, b * t, b * t * t] if quadratic else [1.0, b * t]
+
+
+def _lstsq(rows: list[list[float]], ys: list[float]) -> list[float]:
+    import numpy as np
+
+    a = np.asarray(rows, dtype=float)
+    scale = np.maximum(np.abs(a).max(axis=0), 1.0)  # columns of 1, ~10³, ~10⁵: conditioned
+    coef, *_ = np.linalg.lstsq(a / scale, np.asarray(ys, dtype=float), rcond=None)
+    return [float(c) for c in coef / scale]
+
+
+def _rank(rows: list[list[float]]) -> int:
+    import numpy as np
+
+    a = np.asarray(rows, dtype=float)
+    return int(np.linalg.matrix_rank(a / np.maximum(np.abs(a).max(axis=0), 1.0)))
+
+
+def ok_points(points: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [p for p in points if p.get("status") == OK and p.get("parts")]
+
+
+def fit_points(points: Sequence[dict[str, Any]], device: str = "cpu") -> dict[str, Any]:
+    """The fit of the ok points' parts (module docstring); FitError with the reason when they
+    cannot make one. Each point: batch_size, seq_len, status, parts {name: bytes},
+    peak_bytes, counter_peak_bytes, scores_bytes, spread."""
+    pts = ok_points(points)
+    if len(pts) < 2:
+        raise FitError(f"{len(pts)} probe point(s) measured; a fit needs at least 2")
+    bs = {p["batch_size"] for p in pts}
+    ts = {p["seq_len"] for p in pts}
+    scores = any((p.get("scores_bytes") or 0) > 0 for p in pts)
+    quadratic = len(ts) >= 2 and scores
+    specs = parts_for(device)
+    data = _fit_parts(pts, specs, quadratic)
+    if quadratic and _total_coef(data, 2) < 0:  # the measurements show no T² growth after all
+        quadratic = False
+        data = _fit_parts(pts, specs, False)
+    fit = {"device": "cuda" if str(device).startswith("cuda") else "cpu",
+           "quadratic": quadratic, "scores_measured": scores,
+           "features": ["1", "B·T", "B·T²"][:3 if quadratic else 2],
+           "batch_varied": len(bs) > 1, "seq_varied": len(ts) > 1,
+           "batch_sizes": sorted(bs), "seq_lens": sorted(ts), "parts": data,
+           "scores": _fit_scores(pts, quadratic) if scores else None}
+    fit["residuals"] = [_residual(fit, p) for p in pts]
+    first = _rest_sum(pts[0], specs)
+    fit["rest_drift_bytes"] = max(_rest_sum(p, specs) - first for p in pts)
+    fit["spread"] = max((p.get("spread") or 0.0) for p in pts)
+    fit["extrapolation_error"], fit["extrapolation_ratio"] = _leave_largest_out(
+        pts, device, quadratic)
+    fit["largest_footprint"] = max(p["batch_size"] * p["seq_len"] for p in pts)
+    worst = max((abs(r["peak"]) for r in fit["residuals"]), default=0.0)
+    fit["max_residual"] = worst
+    fit["band"] = max(worst, fit["spread"])  # within the probe's sizes
+    fit["poor"] = fit["band"] > GOOD_FIT
+    loo, ratio = fit["extrapolation_error"], fit["extrapolation_ratio"]
+    fit["per_doubling"] = (abs(loo) / math.log2(ratio)
+                           if loo is not None and ratio and ratio > 1 else None)
+    return fit
+
+
+def band_at(fit: dict[str, Any], b: float, t: float) -> float:
+    """The band of a prediction at (B, T): the probe's own (``fit["band"]``: residuals and
+    spread) within its sizes; past them, plus the leave-one-out error per doubling (how far
+    the largest point was off when predicted from the others, over how many doublings of B·T
+    it lay past them) times the doublings of B·T past the largest point. Measured: from
+    B ≤ 4 the bf16 default model's B = 43 was 10.9% off (3.4 doublings); from all six points
+    B = 290 (2.8 more) was 8.1% off, the band said 9.7%."""
+    base = float(fit["band"])
+    per = fit.get("per_doubling")
+    reach = b * t / fit["largest_footprint"]
+    if per is None or reach <= 1:
+        return base
+    return base + per * math.log2(reach)
+
+
+def _fit_parts(pts: list[dict[str, Any]], specs: Sequence[PartSpec],
+               quadratic: bool) -> list[dict[str, Any]]:
+    rows = [_features(p["batch_size"], p["seq_len"], quadratic) for p in pts]
+    if _rank(rows) < len(rows[0]):
+        raise FitError("the probe points do not separate the terms "
+                       f"({', '.join(['1', 'B·T', 'B·T²'][:len(rows[0])])}): they need more "
+                       "distinct sizes")
+    out = []
+    for spec in sorted(specs, key=lambda sp: bool(sp.follows)):  # overheads after what they
+        values = [p["parts"].get(spec.name) for p in pts]       # follow
+        if all(v is None for v in values):
+            continue  # a part this run does not have (no autocast: no weight copies)
+        ys = [float(v or 0) for v in values]
+        entry: dict[str, Any] = {"name": spec.name, "kind": spec.kind,
+                                 "in_counter": spec.in_counter}
+        if spec.kind == REST:
+            entry["bytes"] = ys[0]  # as the first point held it (module docstring)
+        elif spec.follows:
+            entry["coef"], entry["share"] = _follow(pts, ys, spec.follows, out)
+        else:
+            entry["coef"] = _lstsq(rows, ys)
+        out.append(entry)
+    order = [sp.name for sp in specs]
+    return sorted(out, key=lambda e: order.index(e["name"]))
+
+
+def _follow(pts: list[dict[str, Any]], ys: list[float], names: tuple[str, ...],
+            fitted: list[dict[str, Any]]) -> tuple[list[float], float]:
+    """An overhead as c + β·(the parts it follows), β ≥ 0, by least squares over the points'
+    measured values; returned in the fit's basis (c + β × those parts' coefficients)."""
+    xs = [sum(float(p["parts"].get(n) or 0) for n in names) for p in pts]
+    mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
+    var = sum((x - mean_x) ** 2 for x in xs)
+    beta = max(0.0, sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True))
+               / var) if var > 0 else 0.0
+    c = mean_y - beta * mean_x
+    base = [q["coef"] for q in fitted if q["name"] in names and "coef" in q]
+    width = max((len(b) for b in base), default=1)
+    coef = [sum(b[i] for b in base if i < len(b)) * beta for i in range(width)]
+    coef[0] += c
+    return coef, beta
+
+
+def _fit_scores(pts: list[dict[str, Any]], quadratic: bool) -> list[float]:
+    rows = [_features(p["batch_size"], p["seq_len"], quadratic) for p in pts]
+    return _lstsq(rows, [float(p.get("scores_bytes") or 0) for p in pts])
+
+
+def _total_coef(parts: list[dict[str, Any]], index: int) -> float:
+    return sum(p["coef"][index] for p in parts if "coef" in p and len(p["coef"]) > index)
+
+
+def _leave_largest_out(pts: list[dict[str, Any]], device: str,
+                       quadratic: bool) -> tuple[float | None, float | None]:
+    """(relative error, B·T ratio): the largest point's peak predicted from the others, and
+    how far past them it is (None, None when the others cannot make a fit): the fit's own
+    extrapolation, measured."""
+    if len(pts) < 3:
+        return None, None
+    largest = max(pts, key=lambda p: (p["batch_size"] * p["seq_len"], p["batch_size"]))
+    rest = [p for p in pts if p is not largest]
+    try:
+        sub = {"parts": _fit_parts(rest, parts_for(device), quadratic), "quadratic": quadratic}
+    except FitError:
+        return None, None
+    predicted = _own_rest(largest, sub, counter=False)
+    measured = largest.get("peak_bytes")
+    ratio = largest["batch_size"] * largest["seq_len"] / max(
+        p["batch_size"] * p["seq_len"] for p in rest)
+    return ((measured - predicted) / measured if measured else None), ratio
+
+
+def _part_values(fit: dict[str, Any], b: float, t: float) -> list[tuple[str, float, bool]]:
+    feats = _features(b, t, fit["quadratic"])
+    out = []
+    for part in fit["parts"]:
+        value = part["bytes"] if "bytes" in part else sum(
+            c * f for c, f in zip(part["coef"], feats, strict=False))
+        out.append((part["name"], float(value), bool(part["in_counter"])))
+    return out
+
+
+def _rest_sum(p: dict[str, Any], specs: Sequence[PartSpec]) -> float:
+    return sum(float(p["parts"].get(s.name) or 0) for s in specs if s.kind == REST)
+
+
+def _own_rest(p: dict[str, Any], fit: dict[str, Any], counter: bool) -> float:
+    """The fit's prediction at the point with the rest parts the point itself held: what a
+    probe point grew between steps (kernels cached per shape) is history, not the fit's."""
+    total = 0.0
+    for name, value, inc in _part_values(fit, p["batch_size"], p["seq_len"]):
+        if counter and not inc:
+            continue
+        rest = next((q for q in fit["parts"] if q["name"] == name and "bytes" in q), None)
+        total += float(p["parts"].get(name) or 0) if rest is not None else value
+    return total
+
+
+def _residual(fit: dict[str, Any], p: dict[str, Any]) -> dict[str, Any]:
+    b, t = p["batch_size"], p["seq_len"]
+    peak, counter = _own_rest(p, fit, False), _own_rest(p, fit, True)
+
+    def rel(measured: Any, predicted: float) -> float | None:
+        return (measured - predicted) / measured if measured else None
+
+    return {"batch_size": b, "seq_len": t, "measured_bytes": p.get("peak_bytes"),
+            "predicted_bytes": round(peak), "peak": rel(p.get("peak_bytes"), peak) or 0.0,
+            "counter_measured_bytes": p.get("counter_peak_bytes"),
+            "counter_predicted_bytes": round(counter),
+            "counter": rel(p.get("counter_peak_bytes"), counter)}
+
+
+def predict(fit: dict[str, Any], b: float, t: float) -> dict[str, Any]:
+    """The predicted peak at (B, T), the counter's own peak and each part's bytes."""
+    values = _part_values(fit, b, t)
+    out = {"batch_size": b, "seq_len": t,
+           "peak_bytes": round(sum(v for _, v, _ in values)),
+           "counter_peak_bytes": round(sum(v for _, v, inc in values if inc)),
+           "parts": {name: round(v) for name, v, _ in values}}
+    if fit.get("scores"):
+        feats = _features(b, t, fit["quadratic"])
+        out["scores_bytes"] = round(sum(c * f for c, f in zip(fit["scores"], feats,
+                                                               strict=False)))
+    return out
+
+
+def _line(fit: dict[str, Any], t: float) -> tuple[float, float]:
+    """(K, S): peak(B) = K + S·B at context T."""
+    k = s = 0.0
+    for part in fit["parts"]:
+        if "bytes" in part:
+            k += part["bytes"]
+            continue
+        c = part["coef"]
+        k += c[0]
+        s += c[1] * t + (c[2] * t * t if len(c) > 2 else 0.0)
+    return k, s
+
+
+def largest_batch(fit: dict[str, Any], t: float, limit: float) -> int | None:
+    """The largest B whose predicted peak at T is at most ``limit`` (0: not even B=1);
+    None when the fit sees no growth with B (points noisier than their sizes differ)."""
+    k, s = _line(fit, t)
+    if s <= 0:
+        return None
+    return max(0, math.floor((limit - k) / s))
+
+
+def largest_seq(fit: dict[str, Any], b: float, limit: float) -> float:
+    """The largest T (not rounded, not capped by the model's context) whose predicted peak at
+    B is at most ``limit``; 0 when not even T=1 fits, inf when the fit sees no growth."""
+    const = lin = quad = 0.0
+    for part in fit["parts"]:
+        if "bytes" in part:
+            const += part["bytes"]
+            continue
+        c = part["coef"]
+        const += c[0]
+        lin += c[1] * b
+        quad += (c[2] * b) if len(c) > 2 else 0.0
+    room = limit - const
+    if room < lin + quad:  # T=1 does not fit
+        return 0.0
+    if quad > 0:
+        return (-lin + math.sqrt(lin * lin + 4 * quad * room)) / (2 * quad)
+    return room / lin if lin > 0 else math.inf

@@ -1,0 +1,126 @@
+"""``memtop fit``: the largest batch (B) and context (T) that fit a memory budget, predicted by
+parts from a short probe of measured steps and, with --verify, run to prove it (README "Will it
+fit?"; the math in probes/analysis/fit.py, the probe in trainer/fitprobe.py).
+
+Exit status: 0 done (sizes that do not fit are a result, not a failure); 1 the probe failed; 2
+bad input, before anything runs (a budget below the model's own size, a T over the model's
+context); 130 / 143 / 129 interrupted (fit.json keeps the points measured so far).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+
+from probes.analysis.fit import DEFAULT_HEADROOM_PCT, VARY, model_size_problem
+from trainer.config import TrainConfig
+from tui.commands.argtypes import UsageError, option_default, size_arg, typed_options
+from tui.commands.train import add_model_options
+
+
+def pct_arg(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 <= value < 100:
+        raise argparse.ArgumentTypeError(f"{text} is not a percentage from 0 up to 100")
+    return value
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "fit", help="the largest batch and context that fit a memory budget, predicted from "
+                    "a short probe (and --verify'd)",
+        description="Run the built-in mini-GPT for a few measured steps at a handful of batch "
+                    "sizes and sequence lengths, split each peak into its parts (parameters, "
+                    "gradients, optimizer state, activations, temporaries, the allocator's or "
+                    "heap's overhead), fit them, and print the largest B at today's T and the "
+                    "largest T at today's B that fit --memory. The model options are "
+                    "`memtop train`'s. Writes fit.json into a fresh run folder.")
+    add_model_options(p)
+    g = p.add_argument_group("the budget")
+    g.add_argument("--memory", type=size_arg, default=None, metavar="SIZE",
+                   help="the budget, e.g. 2GiB (default: CUDA, the device's free memory plus "
+                        "what this process holds; CPU, the RAM still available plus this "
+                        "process's RSS)")
+    g.add_argument("--headroom", type=pct_arg, default=DEFAULT_HEADROOM_PCT, metavar="PCT",
+                   help="percent of the budget left free for what a short probe cannot see "
+                        "(fragmentation later in a run, a longer batch)")
+    g.add_argument("--vary", choices=VARY, default="both",
+                   help="batch: B = 1, 2, 4 at --seq-len; context: T = T/4, T/2, T at "
+                        "--batch-size; both: the batch points and T/4, T/2 at B = 4")
+    g.add_argument("--verify", action="store_true",
+                   help="then run the largest B (and T) and the first size predicted over "
+                        "the budget, each in a fresh process with the budget as its "
+                        "--max-memory, and say whether each ran under it")
+    g.add_argument("--run-dir", dest="run_dir", default=option_default(TrainConfig, "run_dir"),
+                   metavar="DIR", help="folder in which a fresh <timestamp>-<id>/ run folder "
+                                       "is made")
+
+
+def config_from_args(args: argparse.Namespace) -> TrainConfig:
+    """The probe's config: the model options typed, no weights saved, steps driven by the
+    probe (TrainConfig.from_options: untyped options follow the typed ones)."""
+    return TrainConfig.from_options(typed_options(args, TrainConfig), steps=0,
+                                    warmup_steps=0, save_weights=False)
+
+
+def check_budget(config: TrainConfig, memory: int | None) -> None:
+    """A budget the model cannot fit in at all, refused before torch is imported
+    (ValueError); on CPU also one below what this process already holds."""
+    if memory is None:
+        return
+    from probes.counters.host import RssReader
+    from probes.tools.units import format_bytes
+
+    problem = model_size_problem(memory, config.param_count())
+    if problem:
+        raise ValueError(problem)
+    if config.device.strip().lower() == "cpu":
+        rss = RssReader()
+        held = rss.read()
+        rss.close()
+        if held is not None and memory <= held:
+            raise ValueError(f"--memory {format_bytes(memory)} is below what this process "
+                             f"already holds (RSS {format_bytes(held)} before torch and the "
+                             "model are loaded)")
+
+
+def command_text(args: argparse.Namespace, config: TrainConfig) -> str:
+    parts = ["memtop", "fit", "--device", config.device, "--amp", config.amp,
+             "--batch-size", str(config.batch_size), "--seq-len", str(config.seq_len),
+             "--block-size", str(config.block_size), "--layers", str(config.layers),
+             "--heads", str(config.heads), "--dim", str(config.dim),
+             "--attention", config.attention, "--vary", args.vary,
+             "--headroom", f"{args.headroom:g}"]
+    if args.memory is not None:
+        parts += ["--memory", str(args.memory)]
+    if args.verify:
+        parts.append("--verify")
+    return shlex.join(parts)
+
+
+def run(args: argparse.Namespace) -> int:
+    from probes.analysis.fit import probe_grid
+
+    try:
+        config = config_from_args(args)
+        grid = probe_grid(config.batch_size, config.seq_len, args.vary)
+        check_budget(config, args.memory)
+        device = config.device.strip().lower()
+        if device.startswith("cuda") or (config.amp == "bf16" and device != "cpu"):
+            config.resolve()  # the device and amp exist here (imports torch)
+    except ValueError as exc:
+        raise UsageError(f"memtop fit: {exc}") from None
+    from probes.runfolder import RunFolderError, create_run_dir
+    from tui.fit_run import FitPlan, run_fit
+
+    try:
+        run_dir = create_run_dir(config.run_dir)
+    except RunFolderError as exc:
+        raise UsageError(f"memtop fit: {exc}") from None
+    plan = FitPlan(config=config, run_dir=run_dir, points=grid, budget_bytes=args.memory,
+                   headroom_pct=args.headroom, vary=args.vary, verify=args.verify,
+                   command=command_text(args, config))
+    return run_fit(plan)

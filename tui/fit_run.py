@@ -1,0 +1,227 @@
+"""Runs `memtop fit`: the probe on its training thread (trainer/fitprobe.py), fit.json after
+every point, the one screen at the end, and --verify's runs, each a fresh
+`python -m trainer.fitprobe` process with the budget as its --max-memory.
+
+Ctrl-C / SIGTERM / a lost terminal stop the probe at its next step boundary (the point in
+flight is "interrupted", fit.json keeps the fit of the points before it) or the verification
+run in flight (asked to stop the same way); a second one leaves at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, TextIO
+
+from probes import records as R
+from probes.analysis.fit_file import fit_document, verification, write_fit
+from probes.analysis.fit_text import fit_lines
+from probes.control.requests import RunControl
+from probes.records import Event, Record
+from probes.runfolder import read_rows
+from trainer.config import TrainConfig
+from trainer.exit_codes import EXIT_FAILED, EXIT_SIGHUP, EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE
+from tui.output import say
+
+VERIFY_STEPS = 3  # measured steps of each verification run, after the probe's warm-up
+CHILD_STOP_WAIT_S = 60.0
+
+
+@dataclass
+class FitPlan:
+    config: TrainConfig
+    run_dir: Path
+    points: list[tuple[int, int]]
+    budget_bytes: int | None = None
+    headroom_pct: float = 10.0
+    vary: str = "both"
+    verify: bool = False
+    command: str = ""
+    meta: dict[str, Any] = field(default_factory=dict)  # filled as the probe learns it
+
+
+class PointPrinter:
+    """A sink: one line per probe point as it is measured (fit_point's own sentence)."""
+
+    def __init__(self, total: int, out: TextIO) -> None:
+        self.total, self.out, self.seen = total, out, 0
+
+    def __call__(self, record: Record) -> None:
+        if isinstance(record, Event) and record.event == R.FIT_POINT:
+            self.seen += 1
+            say(self.out, f"point {self.seen}/{self.total}  {record.summary()}")
+
+
+def run_fit(plan: FitPlan, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    say(out, f"memtop: fit folder {plan.run_dir} ({len(plan.points)} probe points)")
+    from trainer.fitprobe import FitProbe
+
+    control = RunControl()
+    received: list[int] = []
+    probe = FitProbe(plan.config, plan.run_dir, plan.points, budget_bytes=plan.budget_bytes,
+                     headroom_pct=plan.headroom_pct,
+                     on_point=lambda p: write_fit(plan.run_dir, _document(plan, p, "running")),
+                     control=control, sinks=[PointPrinter(len(plan.points), out)])
+    probe.session.recorder.add_to_config(fit={"vary": plan.vary, "memory": plan.budget_bytes,
+                                              "headroom_pct": plan.headroom_pct,
+                                              "points": [list(p) for p in plan.points]})
+    old = _on_signals(received, control)
+    try:
+        probe.start()
+        while not probe.join(timeout=0.2):
+            pass
+        if probe.refused:
+            say(sys.stderr, f"memtop fit: {probe.refused}")
+            return EXIT_USAGE
+        state = "interrupted" if received else (
+            "finished" if probe.exit_code == 0 else "failed")
+        doc = _document(plan, probe, state)
+        write_fit(plan.run_dir, doc)
+        if plan.verify and state == "finished" and doc.get("answer"):
+            doc["verification"] = _verify(plan, probe, doc, received, out)
+            if received:
+                doc["state"] = "interrupted"
+            write_fit(plan.run_dir, doc)
+    except KeyboardInterrupt:  # a second Ctrl-C: what fit.json holds is what was measured
+        say(out, "memtop: interrupted again; fit.json holds the points measured so far")
+        return EXIT_SIGINT
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+    say(out, "")
+    for line in fit_lines(doc):
+        say(out, line)
+    from tui.finish import finish_run
+
+    say(out, f"memtop: fit.json {plan.run_dir / 'fit.json'}")
+    finish_run(plan.run_dir, out)
+    if received:
+        return {signal.SIGINT: EXIT_SIGINT, signal.SIGHUP: EXIT_SIGHUP}.get(received[0],
+                                                                             EXIT_SIGTERM)
+    return EXIT_FAILED if state == "failed" else 0
+
+
+def _document(plan: FitPlan, probe: Any, state: str) -> dict[str, Any]:
+    from probes.records.names import peak_name
+
+    cfg = plan.config
+    device = probe.device_text or cfg.device
+    meta = {"command": plan.command, "device": device, "amp": probe.amp or cfg.amp,
+            "attention": cfg.attention, "params": probe.params or cfg.param_count(),
+            "budget_bytes": probe.budget_bytes, "budget_source": probe.budget_source,
+            "headroom_pct": plan.headroom_pct, "vary": plan.vary,
+            "batch_size": cfg.batch_size, "seq_len": cfg.seq_len,
+            "max_seq_len": cfg.block_size, "peak_source": probe.peak_source,
+            "peak_name": ("peak reserved" if device.startswith("cuda")
+                          else "peak RSS"),
+            "counter_peak_name": peak_name("allocated", device),
+            "warmup_steps": probe.warmup, "measured_steps": probe.steps,
+            "planned_points": [list(p) for p in plan.points],
+            "error": probe.status.error if state == "failed" else None}
+    return fit_document(meta, list(probe.points), state)
+
+
+# ---- --verify ---------------------------------------------------------------------------------
+def verify_runs(doc: dict[str, Any]) -> list[tuple[str, int, int, bool]]:
+    """(what, B, T, expected to fit) for each verification run the answer calls for."""
+    ans = doc["answer"]
+    b, c = ans["batch"], ans["context"]
+    runs = []
+    if b.get("largest"):
+        runs.append(("largest B", b["largest"], b["seq_len"], True))
+        runs.append(("first B over", b["over"], b["seq_len"], False))
+    if c.get("largest") and c["largest"] != b.get("seq_len"):
+        runs.append(("largest T", c["batch_size"], c["largest"], True))
+    if c.get("largest") and c.get("over"):
+        runs.append(("first T over", c["batch_size"], c["over"], False))
+    return runs
+
+
+def _verify(plan: FitPlan, probe: Any, doc: dict[str, Any], received: list[int],
+            out: TextIO) -> list[dict[str, Any]]:
+    rows = []
+    for what, b, t, fits in verify_runs(doc):
+        if received:
+            break
+        folder = plan.run_dir / "verify" / f"b{b}-t{t}"
+        say(out, f"verify: {what} B={b} T={t} in a fresh process ({folder.name})")
+        code = _run_child(plan, probe, folder, b, t, doc["budget_bytes"], received)
+        point = _child_point(folder)
+        rows.append(verification(what, point, doc, fits, code,
+                                 str(folder.relative_to(plan.run_dir))))
+    return rows
+
+
+def _run_child(plan: FitPlan, probe: Any, folder: Path, b: int, t: int, budget: int,
+               received: list[int]) -> int | None:
+    cfg = replace(plan.config, batch_size=b, seq_len=t, max_memory_bytes=budget,
+                  warmup_steps=probe.warmup, steps=0, save_weights=False)
+    folder.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "trainer.fitprobe", "--run-folder", str(folder),
+           "--config", json.dumps(cfg.to_json()), "--points", f"{b}x{t}",
+           "--budget", str(budget), "--steps", str(VERIFY_STEPS)]
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parents[1])  # this source tree first, as the parent
+    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+    with open(folder.parent / f"{folder.name}.log", "wb") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True, env=env)
+        while True:
+            try:
+                return proc.wait(timeout=0.2)
+            except subprocess.TimeoutExpired:
+                if received:  # stop it at its next step boundary, as the probe was
+                    with contextlib.suppress(OSError):
+                        proc.send_signal(signal.SIGINT)
+                    try:
+                        return proc.wait(timeout=CHILD_STOP_WAIT_S)
+                    except subprocess.TimeoutExpired:
+                        proc.kill()
+                        return proc.wait()
+
+
+def _child_point(folder: Path) -> dict[str, Any] | None:
+    """The child's fit_point event (the last one), or None when it wrote none."""
+    try:
+        rows = read_rows(folder / "metrics.jsonl")
+    except Exception:
+        return None
+    points = [e for e in rows.events if e.get("event") == R.FIT_POINT]
+    if not points:
+        return None
+    point = dict(points[-1])
+    guard = next((e for e in rows.events if e.get("event") == R.MEMORY_GUARD), None)
+    if guard is not None and point.get("peak_bytes") is None:  # stopped before a measured
+        point["peak_bytes"] = guard.get("watched_bytes")  # step: what the guard saw
+    if guard is not None:
+        point["guard_counter"] = guard.get("counter")
+    return point
+
+
+def _on_signals(received: list[int], control: RunControl) -> dict[int, Any]:
+    """The first Ctrl-C / SIGTERM / SIGHUP stops the probe at a step boundary (and a
+    verification run); a second one raises KeyboardInterrupt. Main thread only."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+
+    def handler(signum: int, _frame: object) -> None:
+        received.append(signum)
+        if len(received) > 1 and signum != signal.SIGHUP:
+            raise KeyboardInterrupt
+        control.stop(f"interrupted ({signal.Signals(signum).name})",
+                     urgent=signum == signal.SIGHUP)
+
+    old: dict[int, Any] = {}
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        if sig == signal.SIGHUP and signal.getsignal(sig) is signal.SIG_IGN:
+            continue
+        old[sig] = signal.signal(sig, handler)
+    return old
