@@ -30,6 +30,7 @@ from probes.records.errors import (  # noqa: F401
     MonitorStateError,
     NonFiniteError,
 )
+from probes.records.event_text import switches_text  # noqa: F401
 from probes.records.events import (  # noqa: F401
     ADMISSION,
     ATTRIBUTION_CANCELLED,
@@ -75,7 +76,6 @@ from probes.records.events import (  # noqa: F401
     fill_text,
     incomplete,
     record_from_json,
-    switches_text,
 )
 from probes.records.hints import (  # noqa: F401
     HINT_KINDS,

@@ -1,6 +1,7 @@
 """Every kind of event a run writes, each declared once: its fields with their types (what a
 reader may rely on; a value of another type is dropped on reading), whether headless output
-prints it, and the one-line summary that headless output and the dashboard show."""
+prints it, and the one-line summary that headless output and the dashboard show (the longer
+summaries and the field shapes several kinds share are in probes/records/event_text.py)."""
 
 from __future__ import annotations
 
@@ -10,20 +11,34 @@ from typing import Any
 
 from probes.records.attribution import ATTRIBUTION_FIELDS, attribution_summary
 from probes.records.culprits import LEAK_CULPRIT_FIELDS, culprit_summary
+from probes.records.event_text import (
+    LEAK_FIELDS,
+    OP_FIELDS,
+    SOFTWARE,
+    admission_text,
+    baseline_text,
+    control_text,
+    error_text,
+    evaluate_text,
+    fit_point_text,
+    guard_verb_text,
+    leak_text,
+    profile_done_text,
+    request_done_text,
+    save_text,
+    started_text,
+    weights_saved_text,
+)
 from probes.records.forecast import fill_text
-from probes.records.phase_ops import split_ranges
 from probes.records.step import StepSample
 from probes.records.values import clean, finite_num, is_int, short_text
-from probes.records.windows import window_name, window_steps
 from probes.records.workers import (
     CHILD_FIELDS,
-    WORKERS_COUNTER,
     WORKERS_FIELDS,
     worker_died_summary,
-    workers_leak_text,
     workers_summary,
 )
-from probes.tools.units import format_bytes, format_estimate
+from probes.tools.units import format_bytes
 
 
 @dataclass(frozen=True)
@@ -155,151 +170,6 @@ WORKERS = "workers"
 WORKER_DIED = "worker_died"
 FIT_POINT = "fit_point"
 
-_OP_FIELDS = {"name": "str", "calls": "int", "self_cpu_us": "num", "cpu_total_us": "num",
-              "self_device_us": "num", "device_total_us": "num", "cpu_memory_bytes": "int",
-              "device_memory_bytes": "int", "user_annotation": "bool", "on_device": "bool"}
-_SOFTWARE = ("python", "torch", "cuda", "cudnn", "numpy", "memtop", "os", "source")
-_LEAK_FIELDS: dict[str, Any] = {
-    "counter": "str", "kind": "str", "bytes_per_step": "num", "growth_bytes_per_step": "num",
-    "since_step": "int", "seconds_to_full": "num", "steps_to_full": "num",
-    "capacity_bytes": "int", "hint": "str", "likely_cause": "str", "alert_step": "int",
-    "released_tensors": "int", "watched_bytes": "int", "limit_bytes": "int",
-    "fill_counter": "str", "limit_name": "str", "fill_bytes_per_step": "num",
-    "host_rss_bytes": "int", "alert_rss_bytes": "int",
-    # a leak of the DataLoader workers (counter "workers_private"): how many, the trainer's own
-    # rate beside theirs, which pattern their growth matches (probes/instruments/leakcause.py)
-    "workers": "int", "trainer_bytes_per_step": "num", "trainer_flat": "bool",
-    "pattern": "str"}
-
-
-def _started(d: Mapping[str, Any]) -> str:
-    name = d.get("device_name") or d.get("device") or "?"
-    total = d.get("device_total_bytes")
-    params = d.get("params")
-    text = (f"{name}{' ' + format_bytes(total) if total else ''}, amp {d.get('amp') or '?'}"
-            + (f", {params} params" if params is not None else ""))
-    if d.get("mode") == "infer":
-        text += (f", inference: {switches_text(d.get('switches'))}, weights "
-                 f"{d.get('weights') or 'n/a'}")
-    if d.get("metrics_url"):
-        text += f"; Prometheus: {d['metrics_url']}"
-    return text
-
-
-def switches_text(switches: Any, short: bool = False) -> str:
-    """The tutorial's three inference switches (§2.4) as the run set them."""
-    if not isinstance(switches, Mapping):
-        return "n/a"
-    scaler = switches.get("grad_scaler")
-    if short:
-        return "·".join(("eval" if switches.get("eval") else "TRAIN-MODE",
-                         "inference_mode" if switches.get("inference_mode") else "GRAD",
-                         "no scaler" if not scaler else "SCALER"))
-    return (f"eval() {'on' if switches.get('eval') else 'OFF'}, inference_mode "
-            f"{'on' if switches.get('inference_mode') else 'OFF'}, "
-            f"{'no GradScaler' if not scaler else 'GradScaler ' + str(scaler)}")
-
-
-def _weights_saved(d: Mapping[str, Any]) -> str:
-    if d.get("error"):
-        return f"weights not saved: {d['error']}"
-    return f"{d.get('path')} ({format_bytes(d.get('bytes'))})"
-
-
-def _request_done(d: Mapping[str, Any]) -> str:
-    def ms(key: str) -> str:
-        v = d.get(key)
-        return f"{v:.1f} ms" if isinstance(v, (int, float)) else "n/a"
-
-    return (f"request {d.get('request')}: TTFT {ms('ttft_ms')}, decode p50 {ms('decode_ms_p50')} "
-            f"p95 {ms('decode_ms_p95')}/token, KV {format_bytes(d.get('kv_cache_bytes'))}")
-
-
-def _admission(d: Mapping[str, Any]) -> str:
-    return (f"{format_estimate(d.get('sequences_fit'))} sequences of {d.get('seq_len')} "
-            f"tokens fit in "
-            f"{format_bytes(d.get('budget_bytes'))} ({d.get('budget_source')}); limited by "
-            f"{d.get('limit')}")
-
-
-def _baseline(d: Mapping[str, Any]) -> str:
-    speed = d.get("speedup")
-    return (f"{d.get('tokens')} tokens: cache {d.get('cached_ms_per_token_p50', 0):.2f} ms/token "
-            f"vs recompute {d.get('recompute_ms_per_token_p50', 0):.2f} ms/token"
-            + (f" ({speed:.1f}x)" if isinstance(speed, (int, float)) else "")
-            + ("" if d.get("same_tokens") else "; TOKENS DIFFER"))
-
-
-def _leak(d: Mapping[str, Any]) -> str:
-    rate = format_bytes(d.get("bytes_per_step"))
-    text = f"{d.get('counter')} grows {rate}/step since step {d.get('since_step')}"
-    if d.get("counter") == WORKERS_COUNTER:
-        text = f"{workers_leak_text(d)} since step {d.get('since_step')}"
-    fill = fill_text(d)
-    if fill:
-        text += f"; {fill}"
-    if d.get("hint"):
-        text += f"; {d['hint']}"
-    return text
-
-
-def _profile_done(d: Mapping[str, Any]) -> str:
-    """'steps 52–54 (profiles/step-50): 12 ops, top aten::mm': named by the steps its table
-    sums, as every screen names it (probes/records/windows.py)."""
-    ops, _ = split_ranges(d.get("top_ops") or [], d.get("phase"))  # an op, not a label
-    top = ops[0].get("name") if ops else None
-    span = window_steps(d)
-    where = f"{window_name(span)} ({d.get('dir')})" if span else f"{d.get('dir')}"
-    return f"{where}: {len(ops)} ops, top {top}" if top else where
-
-
-def _guard_verb(d: Mapping[str, Any]) -> str:
-    """'passed' once the watched counter is over the limit, else 'would pass' (issue 44)."""
-    watched, limit = finite_num(d.get("watched_bytes")), finite_num(d.get("limit_bytes"))
-    over = d.get("passed") is True or (watched is not None and limit is not None
-                                       and watched > limit)
-    return "passed" if over else "would pass"
-
-
-def _took(d: Mapping[str, Any]) -> str:
-    seconds = finite_num(d.get("seconds"))
-    return f", {seconds:.1f} s" if seconds is not None else ""
-
-
-def _evaluate(d: Mapping[str, Any]) -> str:
-    metrics = d.get("metrics") if isinstance(d.get("metrics"), Mapping) else {}
-    loss = next((v for k, v in metrics.items() if k in ("eval_loss", "val_loss", "loss")
-                 and finite_num(v) is not None), None)
-    return (f"evaluation between steps{_took(d)}"
-            + (f", loss {loss:.4g}" if loss is not None else ""))
-
-
-def _save(d: Mapping[str, Any]) -> str:
-    where = f" {d['path']}" if d.get("path") else ""
-    return f"checkpoint{where} saved between steps{_took(d)}"
-
-
-def _error(d: Mapping[str, Any]) -> str:
-    return f"{d.get('error_type', 'Error')}: {d.get('message', '')}"
-
-
-def _fit_point(d: Mapping[str, Any]) -> str:
-    where = f"B={d.get('batch_size')} T={d.get('seq_len')}"
-    status = d.get("status")
-    if status != "ok":
-        return f"{where}: {status}" + (f" ({d['reason']})" if d.get("reason") else "")
-    spread = finite_num(d.get("spread"))
-    return (f"{where}: peak {format_bytes(d.get('peak_bytes'))}"
-            + (f" ±{spread:.1%}" if spread else "")
-            + f", {d.get('counter_peak_name') or 'counter peak'} "
-            f"{format_bytes(d.get('counter_peak_bytes'))}")
-
-
-def _control(d: Mapping[str, Any]) -> str:
-    at = f" at step {d['at_step']}" if d.get("at_step") else ""
-    return f"{d.get('request')} requested by {d.get('source', '?')}{at}"
-
-
 _KINDS = (
     EventKind(RUN_STARTED, "the run's device, amp, model size, counters and machine",
               {"device": "str", "device_name": "str", "device_total_bytes": "int", "amp": "str",
@@ -314,15 +184,15 @@ _KINDS = (
                "system": {"gpu_name": "str", "gpu_uuid": "str", "gpu_capability": "scalar",
                           "cpu_model": "str",
                           "cpu_count": "int", "ram_bytes": "int",
-                          **{k: "scalar" for k in _SOFTWARE}}},
-              summary=_started),
+                          **{k: "scalar" for k in SOFTWARE}}},
+              summary=started_text),
     EventKind(RUN_FINISHED, "the last row of every run: why it ended",
               {"reason": "str", "state": "str", "abandoned_step": "int",
                "mid_step_heap_reads": "int", "mid_step_heap_reads_skipped": "int"},
               summary=lambda d: str(d.get("reason")),
               required=("reason",)),
     EventKind(ERROR, "the training failed: type, message, traceback, CUDA artifacts",
-              {"error_type": "str", "message": "str", "traceback": "str"}, summary=_error,
+              {"error_type": "str", "message": "str", "traceback": "str"}, summary=error_text,
               required=("error_type", "message")),
     EventKind(PAUSED, "training paused at a step boundary", {"source": "str"},
               summary=lambda d: f"by {d.get('source', '?')}"),
@@ -338,20 +208,20 @@ _KINDS = (
     EventKind(PROFILE_ANALYSING, "the window's trace is written; its table is being computed",
               {"dir": "str", "export_s": "num"}, loud=False),
     EventKind(PROFILE_DONE, "a profiler window's top-ops table is ready",
-              {"dir": "str", "sort_by": "str", "analysis_s": "num", "top_ops": [_OP_FIELDS],
+              {"dir": "str", "sort_by": "str", "analysis_s": "num", "top_ops": [OP_FIELDS],
                "phases": [{"name": "str", "calls": "int", "cpu_total_us": "num",
                            "device_span_us": "num"}],
                "device_time": {"total_us": "num", "launched_us": "num",
                                "unattributed_us": "num", "unattributed_events": "int",
                                "linked_by_external_id": "int", "linked_by_correlation": "int"},
                "phase": "str"},
-              summary=_profile_done,
+              summary=profile_done_text,
               required=("dir",)),
     EventKind(PROFILE_CANCELLED, "a profiler window ended without a table, and why",
               {"dir": "str", "reason": "str"}, summary=lambda d: str(d.get("reason")),
               required=("reason",)),
-    EventKind(LEAK_SUSPECTED, "sustained growth of end-of-step memory", _LEAK_FIELDS,
-              summary=_leak,
+    EventKind(LEAK_SUSPECTED, "sustained growth of end-of-step memory", LEAK_FIELDS,
+              summary=leak_text,
               required=("counter", "bytes_per_step", "since_step")),
     EventKind(LEAK_LOOK, "the culprit finder's first look: its steps until leak_culprit are "
               "disturbed (probes/records/disturbed.py)", {"trigger": "str"}, loud=False),
@@ -371,17 +241,17 @@ _KINDS = (
     EventKind(ATTRIBUTION_CANCELLED, "a memory attribution window ended without a table, and "
               "why", {"reason": "str"}, summary=lambda d: str(d.get("reason")),
               required=("reason",)),
-    EventKind(LEAK_CLEARED, "the grown counter is flat again", _LEAK_FIELDS,
+    EventKind(LEAK_CLEARED, "the grown counter is flat again", LEAK_FIELDS,
               summary=lambda d: f"{d.get('counter')} flat since step {d.get('since_step')}",
               required=("counter", "since_step")),
     EventKind(LEAK_FORECAST, "an open leak alert's time to full, recomputed every few seconds",
-              _LEAK_FIELDS, summary=lambda d: f"{d.get('counter')}: {fill_text(d) or 'n/a'}",
+              LEAK_FIELDS, summary=lambda d: f"{d.get('counter')}: {fill_text(d) or 'n/a'}",
               required=("counter",)),
-    EventKind(LEAK_DEMO_STARTED, "the leak demo started keeping tensors", _LEAK_FIELDS,
+    EventKind(LEAK_DEMO_STARTED, "the leak demo started keeping tensors", LEAK_FIELDS,
               summary=lambda d: f"{d.get('kind')}: {d.get('hint', '')}",
               required=("kind",)),
     EventKind(LEAK_DEMO_STOPPED, "the leak demo stopped and released what it kept",
-              _LEAK_FIELDS,
+              LEAK_FIELDS,
               summary=lambda d: f"released {d.get('released_tensors', '?')} tensors",
               required=("released_tensors",)),
     EventKind(LEDGER, "the memory ledger moved (measured lines beside the formulas)",
@@ -402,9 +272,9 @@ _KINDS = (
     EventKind(LEDGER_FAILED, "the ledger stopped measuring, and why", {"message": "str"},
               summary=lambda d: str(d.get("message")),
               required=("message",)),
-    EventKind(MEMORY_GUARD, "--max-memory stopped the run before the limit", _LEAK_FIELDS,
+    EventKind(MEMORY_GUARD, "--max-memory stopped the run before the limit", LEAK_FIELDS,
               summary=lambda d: f"{d.get('counter')} at {format_bytes(d.get('watched_bytes'))} "
-                                f"{_guard_verb(d)} {format_bytes(d.get('limit_bytes'))}",
+                                f"{guard_verb_text(d)} {format_bytes(d.get('limit_bytes'))}",
               required=("counter", "watched_bytes", "limit_bytes")),
     EventKind(METRICS_WRITE_FAILED, "metrics.jsonl could not be written (disk full ...)",
               {"reason": "str"}, summary=lambda d: str(d.get("reason")),
@@ -421,23 +291,23 @@ _KINDS = (
                                                         f"{d.get('dump_s')} s)"),
               required=("path", "kind", "dump_s")),
     EventKind(CONTROL, "a request from a viewer or the launcher, accepted",
-              {"request": "str", "source": "str", "at_step": "int"}, summary=_control,
+              {"request": "str", "source": "str", "at_step": "int"}, summary=control_text,
               required=("request",)),
     EventKind(WEIGHTS_SAVED, "the trained weights were written (weights.pt), or why not",
-              {"path": "str", "bytes": "int", "error": "str"}, summary=_weights_saved,
+              {"path": "str", "bytes": "int", "error": "str"}, summary=weights_saved_text,
               required=("path", "bytes")),
     EventKind(REQUEST_DONE, "inference: one request (B sequences) generated all its tokens",
               {"request": "int", "ttft_ms": "num", "decode_ms_p50": "num",
                "decode_ms_p95": "num", "prefill_tokens_per_s": "num",
                "decode_tokens_per_s": "num", "kv_cache_bytes": "int",
                "kv_cache_predicted_bytes": "int", "new_tokens": "int"},
-              summary=_request_done,
+              summary=request_done_text,
               required=("request",)),
     EventKind(ADMISSION, "inference: how many concurrent sequences fit in the budget, and why",
               {"budget_bytes": "int", "budget_source": "str", "used_bytes": "int",
                "weights_bytes": "int", "kv_bytes_per_sequence": "int",
                "temp_bytes_per_sequence": "int", "sequences_fit": "int", "seq_len": "int",
-               "limit": "str", "limit_kind": "str"}, summary=_admission,
+               "limit": "str", "limit_kind": "str"}, summary=admission_text,
               required=("sequences_fit", "seq_len", "budget_bytes", "budget_source", "limit")),
     EventKind(CACHE_BASELINE, "inference: the same tokens with and without the KV cache",
               {"tokens": "int", "batch_size": "int", "prompt_len": "int",
@@ -445,7 +315,7 @@ _KINDS = (
                "cached_total_ms": "num", "recompute_total_ms": "num", "speedup": "num",
                "cached_peak_bytes": "int", "recompute_peak_bytes": "int",
                "kv_cache_bytes": "int", "same_tokens": "bool", "peak_note": "str"},
-              summary=_baseline,
+              summary=baseline_text,
               required=("tokens", "cached_ms_per_token_p50", "recompute_ms_per_token_p50")),
     EventKind(WORKERS, "the training process's children changed: a worker started or ended "
               "(its pid, bytes, how it ended), or a child memtop leaves out (its own analysis, "
@@ -454,15 +324,15 @@ _KINDS = (
     EventKind(WORKER_DIED, "a worker ended killed by a signal or with a non-zero exit status",
               CHILD_FIELDS, summary=worker_died_summary, required=("pid", "exit")),
     EventKind(EVALUATE, "a framework's evaluation ran between two optimizer steps (HF, Lightning)",
-              {"seconds": "num", "metrics": {}, "source": "str"}, summary=_evaluate),
+              {"seconds": "num", "metrics": {}, "source": "str"}, summary=evaluate_text),
     EventKind(FIT_POINT, "memtop fit: one probe point (B, T) measured, its peak split into parts",
               {"batch_size": "int", "seq_len": "int", "status": "str", "reason": "str",
                "peak_bytes": "int", "counter_peak_bytes": "int", "counter_peak_name": "str",
                "scores_bytes": "int", "spread": "num", "steps": "int", "seconds": "num",
                "step_ms": "num", "peak_source": "str", "parts": {}, "rest": {}},
-              summary=_fit_point, required=("batch_size", "seq_len", "status")),
+              summary=fit_point_text, required=("batch_size", "seq_len", "status")),
     EventKind(SAVE, "a framework saved a checkpoint between two optimizer steps (HF, Lightning)",
-              {"seconds": "num", "path": "str", "source": "str"}, summary=_save),
+              {"seconds": "num", "path": "str", "source": "str"}, summary=save_text),
 )
 EVENT_KINDS: dict[str, EventKind] = {k.name: k for k in _KINDS}
 
