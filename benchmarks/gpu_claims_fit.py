@@ -66,7 +66,7 @@ def _fresh(ctx: Ctx, b: int, t: int, budget: int | None = None) -> dict[str, Any
        "that does not fit: no error row, the allocator emptied (allocated back to its level), "
        "the points before it fitted", group="fit", needs_s=40)
 def fit_probe_survives_an_oom(ctx: Ctx) -> Outcome:
-    dev = torch.device(ctx.device)
+    dev = ctx.torch_device
     total = torch.cuda.get_device_properties(dev).total_memory
     torch.cuda.set_per_process_memory_fraction(min(1.0, 2048 * MIB / total), dev)
     try:

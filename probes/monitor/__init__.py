@@ -16,9 +16,9 @@ the Monitor the framework callbacks (probes/integrations/).
     from probes.monitor import RunSession         # a writer with its own loop
     session = RunSession(run_dir, config=cfg); session.open(device); session.start(amp="off")
 
-Modules: monitor (Monitor, StepScope), session (RunSession, driver_label), steprow (the
-session's step row: StepRows, from a memory reading and the pollers' latest), setup (argument
-checks, default_hooks, rank and world size), stepvalues (a step's scalars at one sync, the
+Modules: monitor (Monitor, StepScope), steppath (what the Monitor does each step), session
+(RunSession, driver_label), steprow (the session's step row, from a memory reading and the
+pollers' latest), setup (argument checks, default_hooks, rank and world size), stepvalues (a step's scalars at one sync, the
 GradScaler's skipped steps).
 Names load lazily (probes/tools/lazy.py): these modules import torch.
 """
