@@ -120,11 +120,15 @@ def shared_gpu_artifact(name: str) -> Path | None:
 
 
 def import_benchmark(name: str) -> ModuleType:
-    """A script of benchmarks/ as a module (the scripts import each other by bare name)."""
-    folder = str(ROOT / "benchmarks")
-    if folder not in sys.path:
-        sys.path.insert(0, folder)
-    return importlib.import_module(name)
+    """A module of the benchmarks package by its dotted name under benchmarks/ ("gpu.registry",
+    "cases.step_cost.synthetic_step"); a flat script of benchmarks/ (``benchmarks/X.py``, which
+    imports ``common`` by bare name) by its bare name."""
+    if "." not in name and (ROOT / "benchmarks" / f"{name}.py").is_file():
+        folder = str(ROOT / "benchmarks")
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
+        return importlib.import_module(name)
+    return importlib.import_module(f"benchmarks.{name}")
 
 
 def import_example(name: str) -> ModuleType:

@@ -1,0 +1,94 @@
+"""A GPU run's claims into RESULTS.md: each claim's row ``gpu/<name>`` (met = PASS, missed =
+FAIL, with its detail and the run's date and device) and the run's claim table as a section of
+that day's log in benchmarks/results/.
+
+    python -m benchmarks record-gpu OUT/gpu_check.json      # summary.json of benchmarks.gpu.check
+    python -m benchmarks record-gpu results.jsonl --date 2026-12-04T14:43 --machine "NVIDIA H200"
+
+A claim the run did not run (NOT RUN: the time budget, one GPU) leaves a row that holds a
+measured status as it was. A run on the CPU (a rehearsal, --device cpu, a dry run) measured no
+claim and is refused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import calendar
+import json
+import sys
+import time
+from pathlib import Path
+
+from benchmarks.harness.results import LOGS, RESULTS, Figure, Table, cell, record
+
+STATUS = {"PASS": "met", "FAIL": "missed", "NOT RUN": "NOT RUN"}
+
+
+def read_run(path: Path) -> tuple[list[dict], dict]:
+    """(claims, meta) of a summary.json (gpu_check.json) or a results.jsonl."""
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".jsonl":
+        return [json.loads(line) for line in text.splitlines() if line.strip()], {}
+    data = json.loads(text)
+    return data["claims"], data
+
+
+def what(text: str, limit: int = 140) -> str:
+    """A claim's statement, cut for the table at a word (the whole is in the registry)."""
+    text = cell(text, 1000)
+    return text if len(text) <= limit else text[:limit].rsplit(" ", 1)[0] + " …"
+
+
+def figures(claims: list[dict], table: Table) -> list[Figure]:
+    out = []
+    for c in claims:
+        fid = f"gpu/{c['name']}"
+        held = table.rows.get(fid)
+        if c["status"] == "NOT RUN" and held is not None and held[4] != "NOT RUN":
+            continue  # keep the last measured status
+        out.append(Figure(fid, what(c["text"]), "PASS", cell(c["detail"], 200),
+                          STATUS.get(c["status"], "missed"),
+                          f"GPU_RUN_ONLY={c['name']} bash benchmarks/gpu/run.sh"))
+    return out
+
+
+def log_body(claims: list[dict], meta: dict) -> str:
+    counts = {s: sum(c["status"] == s for c in claims) for s in STATUS}
+    lines = [f"**{counts['PASS']} PASS, {counts['FAIL']} FAIL, {counts['NOT RUN']} NOT RUN** of "
+             f"{len(claims)} claims" + (f"; torch {meta['torch']}, CUDA {meta['torch_cuda']}"
+                                        if meta.get("torch") else "") + ".", "",
+             "| group | claim | status | s | detail |", "|---|---|---|---|---|"]
+    lines += [f"| {c['group']} | `{c['name']}` | **{c['status']}** | {c.get('seconds', '')} | "
+              f"{cell(c['detail'])} |" for c in claims]
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks record-gpu",
+                                 description=__doc__.splitlines()[0])
+    ap.add_argument("summary", type=Path, help="gpu_check.json / summary.json, or results.jsonl")
+    ap.add_argument("--date", help="YYYY-MM-DDTHH:MM UTC of the run (default: the summary's)")
+    ap.add_argument("--machine", help="the device and its host, as the table's machine cell "
+                                      "(default: the summary's device name)")
+    ap.add_argument("--results", type=Path, default=RESULTS, help=argparse.SUPPRESS)
+    ap.add_argument("--logs", type=Path, default=LOGS, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    try:
+        claims, meta = read_run(args.summary)
+        when = (calendar.timegm(time.strptime(args.date, "%Y-%m-%dT%H:%M")) if args.date
+                else float(meta["started"]))
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"record-gpu: {args.summary}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    device = meta.get("device", "cuda")
+    if not str(device).startswith("cuda") or not any(c["status"] != "NOT RUN" for c in claims):
+        print(f"record-gpu: {args.summary} measured no claim on a GPU (device {device}): "
+              "nothing recorded", file=sys.stderr)
+        return 2
+    machine = args.machine or meta.get("device_name") or device
+    figs = figures(claims, Table(args.results))
+    log = record(f"GPU check on {machine}", log_body(claims, meta), figs,
+                 command="bash benchmarks/gpu/run.sh", machine_line=machine,
+                 machine_short=machine, results=args.results, logs=args.logs, when=when)
+    print(f"record-gpu: {len(figs)} rows of {args.results.name} updated; log {log}")
+    return 0
