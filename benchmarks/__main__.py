@@ -25,7 +25,7 @@ def list_cases() -> int:
             area = case.area
             print(f"\n{area}/")
         print(f"  {case.name:20} {case.time_here}")
-        for line in textwrap.wrap(f"measures: {case.measures}", 96):
+        for line in textwrap.wrap(f"measures: {case.measures}", 96, break_on_hyphens=False):
             print(f"      {line}")
         print(f"      target: {case.target}")
     print("\nGPU claims: python -m benchmarks.gpu.check OUT --dry-run lists them "

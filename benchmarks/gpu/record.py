@@ -4,6 +4,7 @@ that day's log in benchmarks/results/.
 
     python -m benchmarks record-gpu OUT/gpu_check.json      # summary.json of benchmarks.gpu.check
     python -m benchmarks record-gpu results.jsonl --date 2026-12-04T14:43 --machine "NVIDIA H200"
+    python -m benchmarks record-gpu --add-missing           # a NOT RUN row for each new claim
 
 A claim the run did not run (NOT RUN: the time budget, one GPU) leaves a row that holds a
 measured status as it was. A run on the CPU (a rehearsal, --device cpu, a dry run) measured no
@@ -63,16 +64,46 @@ def log_body(claims: list[dict], meta: dict) -> str:
     return "\n".join(lines)
 
 
+def add_missing(results: Path) -> int:
+    """A NOT RUN row for every registered claim without one; the gpu/ rows in the registry's
+    order (rows of claims no longer registered last). Returns how many rows were added."""
+    from benchmarks.gpu import registry as reg
+
+    reg.load_claim_modules()
+    table = Table(results)
+    claims = reg.ordered_claims()
+    new = [c for c in claims if f"gpu/{c.name}" not in table.rows]
+    for c in new:
+        table.set(Figure(f"gpu/{c.name}", what(c.text), "PASS", "not run on a GPU yet",
+                         "NOT RUN", f"GPU_RUN_ONLY={c.name} bash benchmarks/gpu/run.sh"),
+                  "", "", "", "")
+    order = [f"gpu/{c.name}" for c in claims]
+    rows = {k: v for k, v in table.rows.items() if not k.startswith("gpu/")}
+    rows.update({k: table.rows[k] for k in order})
+    rows.update({k: v for k, v in table.rows.items() if k not in rows})
+    table.rows = rows
+    table.save()
+    return len(new)
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks record-gpu",
                                  description=__doc__.splitlines()[0])
-    ap.add_argument("summary", type=Path, help="gpu_check.json / summary.json, or results.jsonl")
+    ap.add_argument("summary", type=Path, nargs="?",
+                    help="gpu_check.json / summary.json, or results.jsonl")
+    ap.add_argument("--add-missing", action="store_true",
+                    help="only add a NOT RUN row for each claim the table lacks")
     ap.add_argument("--date", help="YYYY-MM-DDTHH:MM UTC of the run (default: the summary's)")
     ap.add_argument("--machine", help="the device and its host, as the table's machine cell "
                                       "(default: the summary's device name)")
     ap.add_argument("--results", type=Path, default=RESULTS, help=argparse.SUPPRESS)
     ap.add_argument("--logs", type=Path, default=LOGS, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.add_missing:
+        print(f"record-gpu: {add_missing(args.results)} NOT RUN rows added to {args.results.name}")
+        return 0
+    if args.summary is None:
+        ap.error("give a gpu_check summary (or --add-missing)")
     try:
         claims, meta = read_run(args.summary)
         when = (calendar.timegm(time.strptime(args.date, "%Y-%m-%dT%H:%M")) if args.date

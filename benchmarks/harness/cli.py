@@ -73,12 +73,13 @@ def parser_for(case: Case, module: ModuleType) -> CaseParser:
     """--help: the module's first paragraph, what the case measures and its target (as `list`
     gives them), the options, then the rest of the module's docstring."""
     first, _, rest = (module.__doc__ or "").strip().partition("\n\n")
-    said = [textwrap.fill(f"{k}: {v}", 96, subsequent_indent="  ") for k, v in (
-        ("Measures", case.measures), ("Target", case.target),
-        ("Time here", f"{case.time_here} (benchmarks/cases/{case.area}/)"))]
+    said = (("Measures", case.measures), ("Target", case.target),
+            ("Time here", f"{case.time_here} (benchmarks/cases/{case.area}/)"))
+    lines = [textwrap.fill(f"{k}: {v}", 96, subsequent_indent="  ", break_on_hyphens=False)
+             for k, v in said]
     ap = CaseParser(prog=f"python -m benchmarks run {case.name}",
                     formatter_class=argparse.RawDescriptionHelpFormatter,
-                    description=first + "\n\n" + "\n".join(said),
+                    description=first + "\n\n" + "\n".join(lines),
                     epilog=rest.strip() or None)
     if getattr(module, "PUBLISHES", True):
         ap.add_argument("--no-append", action="store_true",

@@ -75,9 +75,9 @@ class Table:
 
     def set(self, fig: Figure, date: str, machine: str, command: str, log: str) -> None:
         self.rows[fig.id] = [f"`{fig.id}`", cell(fig.what), cell(fig.target), cell(fig.value),
-                             status_of(fig.status), date, cell(machine),
+                             status_of(fig.status), date or "—", cell(machine) or "—",
                              f"`{cell(fig.command or command)}`",
-                             f"[{Path(log).stem}]({log})"]
+                             f"[{Path(log).stem}]({log})" if log else "—"]
 
     def text(self) -> str:
         rows = ["| " + " | ".join(cells) + " |" for cells in self.rows.values()]
