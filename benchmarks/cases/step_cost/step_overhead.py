@@ -182,7 +182,7 @@ def sweep(args: argparse.Namespace) -> None:
             notes.append(f"| {ms:g} ms | {block} | {median(cost_us):.0f} µs |")
             w.monitor.close()
     body = (
-        f"Synthetic steps (benchmarks/synthetic_step.py: a square Linear's forward, backward, "
+        f"Synthetic steps (cases/step_cost/synthetic_step.py: a square Linear's forward, backward, "
         f"SGD and the loss read, sized by calibration), CPU, 1 torch thread; per length its own "
         f"model and Monitor (every default instrument, metrics.jsonl), {args.pairs} rounds of "
         f"[plain, monitored, plain'] blocks of ~100 ms. {load_note(loads, args.max_busy)} Wall "
