@@ -22,22 +22,24 @@ from benchmarks.harness.results import Figure
 from benchmarks.harness.stats import ratio_row, ratio_value
 
 
-def in_thread(fn, *args):
-    """Run torch work on a non-main thread, as memtop's trainer does (docs/ARCHITECTURE.md)."""
+def in_thread(fn, *args, **kwargs):
+    """Run torch work off the main thread, as memtop's trainer does: a parallel torch op on the
+    main thread slows every later background trainer in this process ~3×
+    (docs/ARCHITECTURE.md). Its exception is re-raised on the caller's thread."""
     box: dict = {}
 
     def target() -> None:
         try:
-            box["v"] = fn(*args)
-        except BaseException as exc:
-            box["e"] = exc
+            box["value"] = fn(*args, **kwargs)
+        except BaseException as exc:  # re-raised on the caller's thread
+            box["error"] = exc
 
-    t = threading.Thread(target=target)
-    t.start()
-    t.join()
-    if "e" in box:
-        raise box["e"]
-    return box["v"]
+    thread = threading.Thread(target=target)
+    thread.start()
+    thread.join()
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
 
 
 def per_call_us(fn: Callable[[], object], n: int, rounds: int = 1) -> float:

@@ -31,18 +31,19 @@ def one_step(model: torch.nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor
              mon: Monitor | None) -> None:
     """One training step of the 4×4 Linear, plain (``mon`` None) or inside ``mon.step()``."""
     if mon is None:
-        loss = model(x).sum()
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-        loss.item()
+        _sgd_step(model, opt, x).item()  # the plain loop reads its loss too
         return
     with mon.step() as s:
-        loss = model(x).sum()
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-        s.set(loss=loss)
+        s.set(loss=_sgd_step(model, opt, x))
+
+
+def _sgd_step(model: torch.nn.Module, opt: torch.optim.Optimizer,
+              x: torch.Tensor) -> torch.Tensor:
+    loss = model(x).sum()
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    return loss
 
 
 def bare_hooks(model: torch.nn.Module, opt: torch.optim.Optimizer) -> None:

@@ -38,7 +38,8 @@ def plain_loop(cfg: TrainConfig, warm: int, steps: int) -> float:
                                   fused=use_fused_adamw(device))
     batches = BatchSampler(load_corpus(), cfg.batch_size, cfg.seq_len, cfg.seed, device)
     dtype = AMP_DTYPES.get(cfg.amp_mode)
-    scaler = torch.amp.GradScaler(device.type) if cfg.amp_mode == "fp16" else None
+    # the usual loop's scaler: a no-op (step() is optimizer.step()) unless fp16
+    scaler = torch.amp.GradScaler(device.type, enabled=cfg.amp_mode == "fp16")
     t0 = 0.0
     for step in range(warm + steps):
         if step == warm:
@@ -46,17 +47,11 @@ def plain_loop(cfg: TrainConfig, warm: int, steps: int) -> float:
         x, y = batches.next_batch()
         with torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
             _, loss = model(x, y)
-        if scaler is not None:
-            scaler.scale(loss).backward()
-            scaler.unscale_(optimizer)
-        else:
-            loss.backward()
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        if scaler is not None:
-            scaler.step(optimizer)
-            scaler.update()
-        else:
-            optimizer.step()
+        scaler.step(optimizer)
+        scaler.update()
         optimizer.zero_grad(set_to_none=True)
         loss.item()
     return steps * cfg.batch_size * cfg.seq_len / (time.perf_counter() - t0)

@@ -41,7 +41,6 @@ from benchmarks.harness.terminal import TINY, TmuxPane, apply_run_options
 
 TARGET = 0.98
 
-B_DEFAULT, T_DEFAULT = 16, 128  # tui.cli defaults (asserted against the parser below)
 
 
 # ---- --diagnose: where the dashboard's cost goes -------------------------------------------------
@@ -165,10 +164,9 @@ def main(args) -> None:
                 f"Default config, {args.steps} steps per run, dashboard refresh "
                 f"{1 / refresh_s:g} Hz.\n\n{body}")
         return
-    from tui.cli import build_parser
+    from trainer.config import TrainConfig
 
-    defaults = build_parser().parse_args(["train"])
-    assert (defaults.batch_size, defaults.seq_len) == (B_DEFAULT, T_DEFAULT)
+    defaults = TrainConfig(device="cpu", run_dir=tempfile.gettempdir())  # `memtop train`'s
     sizes = [tuple(int(v) for v in s.split("x")) for s in args.sizes.split(",")]
     runs: dict[str, list[dict]] = {}
     rejected: list[str] = []
@@ -234,7 +232,8 @@ def main(args) -> None:
                          f"{', '.join(f'{v:,.0f}' for v in vals)} |")
     table = RATIO_HEADER + "\n" + "\n".join(rows) + "\n\n" + "\n".join(cpu_lines)
     body = (
-        f"Config: `memtop train` defaults (B={B_DEFAULT}, T={T_DEFAULT}, 4 layers, dim 128, "
+        f"Config: `memtop train` defaults (B={defaults.batch_size}, T={defaults.seq_len}, "
+        f"{defaults.layers} layers, dim {defaults.dim}, "
         f"explicit attention, amp {args.amp}, CPU)"
         f"{' with --smoke: ' + ' '.join(TINY) if args.smoke else ''}"
         f", {args.steps} steps per run, tokens/s over steps "
