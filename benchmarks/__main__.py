@@ -10,6 +10,7 @@ bash benchmarks/gpu/run.sh); benchmarks/README.md says how each part fits.
 
 from __future__ import annotations
 
+import os
 import sys
 import textwrap
 
@@ -63,4 +64,8 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except BrokenPipeError:  # `list | head`: the reader went away, nothing left to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(0)

@@ -7,11 +7,11 @@ prepared run.
     python -m benchmarks.gpu.check OUT --dry-run    # the claim list, every claim NOT RUN
     python -m benchmarks record-gpu OUT/summary.json   # the claims into RESULTS.md's rows
 
-Modules: registry (Claim, Outcome, Ctx, @claim: how to add a claim), claims/<area>.py (the
-claims), check (runs them, summary.md / summary.json after each), pack (the ≤ 8 files the
-machine returns; standard library only), record (a run's claims into RESULTS.md), run.sh,
-wheels.txt. Nothing here is imported at package level: pack.py must run where torch or
-memtop's imports are what broke.
+Modules: registry (Claim, Outcome, Ctx, @claim: how to add a claim), device (what claims share
+about the device), claims/<area>.py (the claims), check (runs them, summary.md / summary.json
+after each), pack (the ≤ 8 files the machine returns; standard library only), record (a run's
+claims into RESULTS.md), run.sh, wheels.txt. Nothing here is imported at package level:
+pack.py must run where torch or memtop's imports are what broke.
 """
 
 __all__: list[str] = []

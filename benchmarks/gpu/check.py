@@ -39,6 +39,7 @@ from typing import Any
 os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
 os.environ.setdefault("KINETO_LOG_LEVEL", "5")
 
+from benchmarks.gpu import device  # noqa: E402
 from benchmarks.gpu import registry as reg  # noqa: E402
 
 LEFTOVER_LIMIT_BYTES = 1 << 20  # more live bytes after a claim than before: it kept a model
@@ -71,8 +72,8 @@ def run_one(c: reg.Claim, ctx: reg.Ctx) -> Result:
     if ctx.left_s() < c.needs_s:
         r.detail = f"time budget: {ctx.left_s():.0f} s left, the claim needs {c.needs_s:.0f} s"
         return r
-    before = reg.allocated_bytes(ctx.device)
-    tensors_before = reg.live_tensor_bytes(ctx.device)
+    before = device.allocated_bytes(ctx.device)
+    tensors_before = device.live_tensor_bytes(ctx.device)
     box: dict[str, Any] = {}
 
     def target() -> None:
@@ -101,9 +102,9 @@ def run_one(c: reg.Claim, ctx: reg.Ctx) -> Result:
     else:
         r.status, r.detail, r.figures = outcome.status, outcome.detail, outcome.figures
     box.clear()  # the claim's outcome holds no model; its frames go with the exception
-    reg.free_device()
-    after = reg.allocated_bytes(ctx.device)
-    tensors_after = reg.live_tensor_bytes(ctx.device)
+    device.free_device()
+    after = device.allocated_bytes(ctx.device)
+    tensors_after = device.live_tensor_bytes(ctx.device)
     if before is not None and after is not None:
         r.leftover_bytes = after - before
     if tensors_before is not None and tensors_after is not None:

@@ -154,3 +154,36 @@ def test_record_gpu_writes_the_claims_rows(tmp_path):
     summary["device"] = "cpu"
     path.write_text(json.dumps(summary))
     assert record.main(args) == 2
+
+
+FLAT = '''
+"""A benchmark written the old way: a flat script beside common.py, run as a file."""
+from common import ROOT, append_results, interleaved_pairs, median, ratio_row, wait_quiet
+from harness.runs import tail_has
+from terminal import SMOKE_ARGS, TINY, TmuxPane
+
+import benchmarks.terminal
+
+assert benchmarks.terminal.SMOKE_ARGS is SMOKE_ARGS and callable(TmuxPane) and TINY
+assert (ROOT / "benchmarks" / "common.py").is_file() and callable(wait_quiet)
+res = interleaved_pairs("a", {"a": lambda: 1.0, "b": lambda: 0.5}, 2)
+row, verdict = ratio_row("b / a", res["ratios"]["b"], res["aa"], 0.99, 0.0, 0.3)
+append_results("A flat script", f"{row}\\n\\nmedian {median(res['ratios']['b'])}")
+print(verdict, tail_has(ROOT / "benchmarks" / "common.py", "append_results"))
+'''
+
+
+def test_a_flat_script_on_the_old_import_paths_still_runs(tmp_path):
+    """A script written against benchmarks/common.py, harness/runs.py and terminal.py (run as
+    ``python benchmarks/X.py``, benchmarks/ first on its path) imports and logs its section."""
+    home = _copy_results(tmp_path)
+    script = tmp_path / "flat_case.py"
+    script.write_text(FLAT, encoding="utf-8")
+    env = subprocess_env(MEMTOP_BENCHMARK_RESULTS=str(home))
+    env["PYTHONPATH"] = str(BENCH)  # what running a file of benchmarks/ puts first
+    res = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=120, env=env)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.strip().splitlines()[-1] == "not judged (2 pairs < 7) True"
+    (log,) = (home / "results").glob("*.md")
+    assert "## A flat script (" in log.read_text() and "| b / a | 2 |" in log.read_text()

@@ -13,7 +13,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from benchmarks.gpu.registry import Ctx, Outcome, claim, history_recording, sees_history_when_on
+from benchmarks.gpu.device import history_recording, sees_history_when_on
+from benchmarks.gpu.registry import Ctx, Outcome, claim
 from benchmarks.harness.examples import example
 
 leaky_loops = example("leaky_loops")

@@ -10,7 +10,8 @@ from typing import Any
 
 import torch
 
-from benchmarks.gpu.registry import Ctx, Outcome, claim, free_device
+from benchmarks.gpu.device import free_device
+from benchmarks.gpu.registry import Ctx, Outcome, claim
 
 
 @claim(group="dashboard", needs_s=40, priority=80, limit_s=150)

@@ -15,7 +15,8 @@ from typing import Any
 
 import torch
 
-from benchmarks.gpu.registry import Ctx, Outcome, claim, free_device
+from benchmarks.gpu.device import free_device
+from benchmarks.gpu.registry import Ctx, Outcome, claim
 from benchmarks.harness.pairs import per_call_us
 
 MIB = 1 << 20

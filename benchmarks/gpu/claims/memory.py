@@ -13,7 +13,8 @@ from typing import Any
 
 import torch
 
-from benchmarks.gpu.registry import Ctx, Outcome, claim, history_recording, sees_history_when_on
+from benchmarks.gpu.device import history_recording, sees_history_when_on
+from benchmarks.gpu.registry import Ctx, Outcome, claim
 
 MIB = 1 << 20
 ACTIVATION_TOLERANCE = 0.15  # measured saved activations within ±15% of the formula

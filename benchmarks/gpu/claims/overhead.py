@@ -12,7 +12,8 @@ from typing import Any
 import torch
 from torch.profiler import record_function
 
-from benchmarks.gpu.registry import Ctx, Outcome, claim, free_device
+from benchmarks.gpu.device import free_device
+from benchmarks.gpu.registry import Ctx, Outcome, claim
 from benchmarks.harness import interleaved_pairs, noise_band, quartiles, verdict
 
 TARGETS = {"default": 0.99, "large": 0.995}  # monitored / plain tokens per second (issue 45)

@@ -260,8 +260,7 @@ def nvml_matches_fresh_read(ctx: Ctx) -> Outcome:
     this pid, as in a sandboxed PID namespace)"""
     rows = probe_run(ctx, "fp16")["nvml_rows"]
     if not rows:
-        return Outcome.check(False, "no NVML comparison rows (reserved never steady, or no "
-                                    "poller)")
+        return Outcome.check(False, "no NVML comparison rows (reserved never steady, no poller)")
     compared = _compared(rows)
     if not compared:
         r = rows[-1]

@@ -11,7 +11,8 @@ from typing import Any
 
 import torch
 
-from benchmarks.gpu.registry import Ctx, Outcome, claim, free_device
+from benchmarks.gpu.device import free_device
+from benchmarks.gpu.registry import Ctx, Outcome, claim
 from benchmarks.harness.examples import example
 from benchmarks.harness.paths import ROOT
 

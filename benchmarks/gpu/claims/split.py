@@ -14,7 +14,8 @@ from typing import Any
 
 import torch
 
-from benchmarks.gpu.registry import Ctx, Outcome, claim, free_device
+from benchmarks.gpu.device import free_device
+from benchmarks.gpu.registry import Ctx, Outcome, claim
 from probes.records import GPU_BUSY_FIELDS, SPLIT_FIELDS
 
 STEPS = 16
