@@ -118,7 +118,7 @@ def main(argv: list[str]) -> int:
         return 2
     machine = args.machine or meta.get("device_name") or device
     figs = figures(claims, Table(args.results))
-    log = record(f"GPU check on {machine}", log_body(claims, meta), figs,
+    log, _ = record(f"GPU check on {machine}", log_body(claims, meta), figs,
                  command="bash benchmarks/gpu/run.sh", machine_line=machine,
                  machine_short=machine, results=args.results, logs=args.logs, when=when)
     print(f"record-gpu: {len(figs)} rows of {args.results.name} updated; log {log}")

@@ -111,20 +111,29 @@ def append_log(title: str, body: str, machine_line: str, command: str | None = N
     return path
 
 
+JUDGED = ("met", "missed", "inside noise")
+
+
 def record(title: str, body: str, figures: Iterable[Figure], *, command: str,
            machine_line: str, machine_short: str, results: Path = RESULTS, logs: Path = LOGS,
-           when: float | None = None) -> Path:
-    """The dated section, then each figure's row in the table; returns the log's path."""
+           when: float | None = None) -> tuple[Path, list[str]]:
+    """The dated section, then each figure's row in the table; returns the log's path and the
+    ids of the rows written. A figure not judged (too few pairs, measured under load) leaves a
+    row that holds a judged one as it was: the log has it."""
     log = append_log(title, body, machine_line, command, logs, when)
-    figures = list(figures)
+    figures, written = list(figures), []
     if figures:
         table = Table(results)
         date = time.strftime("%Y-%m-%d", time.gmtime(when))
         rel = os.path.relpath(log, results.parent)
         for fig in figures:
+            held = table.rows.get(fig.id)
+            if status_of(fig.status) == "not judged" and held and held[4] in JUDGED:
+                continue
             table.set(fig, date, machine_short, command, rel)
+            written.append(fig.id)
         table.save()
-    return log
+    return log, written
 
 
 def publish(args: argparse.Namespace, title: str, body: str, figures: Iterable[Figure] = (),
@@ -140,7 +149,8 @@ def publish(args: argparse.Namespace, title: str, body: str, figures: Iterable[F
     for fig in figures:
         print(f"{fig.id}: {fig.value} (target {fig.target}: {status_of(fig.status)})")
     if not getattr(args, "no_append", True):
-        log = record(title, body, figures, command=args.command, machine_line=machine.line(),
-                     machine_short=machine.short())
-        print(f"appended to {log}" + (f"; {len(figures)} row(s) of {RESULTS.name} updated"
-                                      if figures else ""))
+        log, written = record(title, body, figures, command=args.command,
+                              machine_line=machine.line(), machine_short=machine.short())
+        kept = [f.id for f in figures if f.id not in written]
+        print(f"appended to {log}; rows of {RESULTS.name} written: {', '.join(written) or 'none'}"
+              + (f"; kept (this run's figure not judged): {', '.join(kept)}" if kept else ""))

@@ -91,19 +91,22 @@ def test_the_writer_rewrites_a_row_in_place_and_logs_the_run(tmp_path):
     when = time.mktime((2031, 5, 6, 12, 0, 0, 0, 0, -1))
     figs = [results.Figure("kill9_loss/age", "what a kill -9 loses", "≤ 500 ms",
                            "612 ms | max", "MISSED"),
-            results.Figure("new_case/figure", "a figure no row had yet", "≥ 1", "2", "met")]
-    log = results.record("A title", "the body", figs, command="python -m benchmarks run x",
+            results.Figure("new_case/figure", "a figure no row had yet", "≥ 1", "2", "met"),
+            results.Figure("step_overhead/gpt", "a run under load", "≥ 0.99", "0.5",
+                           "not judged (under load: others used 1.20 cores)")]
+    log, written = results.record("A title", "the body", figs, command="python -m benchmarks run x",
                          machine_line="a machine", machine_short="CPU · bf16 native · 2 cores",
                          results=home / "RESULTS.md", logs=home / "results", when=when)
     day = time.strftime("%Y-%m-%d", time.gmtime(when))
     assert log == home / "results" / f"{day}.md"
+    assert written == ["kill9_loss/age", "new_case/figure"]  # a judged row keeps its figure
     text = log.read_text(encoding="utf-8")
     assert text.startswith(f"# memtop benchmark log, {day}") and "## A title (" in text
     assert "Machine: a machine" in text and "the body" in text
     after = rows(home / "RESULTS.md")
     assert list(after)[:len(before)] == list(before) and list(after)[-1] == "new_case/figure"
     assert {k: v for k, v in after.items() if k not in ("kill9_loss/age", "new_case/figure")} \
-        == {k: v for k, v in before.items() if k != "kill9_loss/age"}
+        == {k: v for k, v in before.items() if k != "kill9_loss/age"}  # step_overhead/gpt too
     row = after["kill9_loss/age"]
     assert row[3:9] == ["612 ms / max", "missed", day, "CPU · bf16 native · 2 cores",
                         "`python -m benchmarks run x`", f"[{day}](results/{day}.md)"]
