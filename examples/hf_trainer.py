@@ -8,7 +8,7 @@ A small GPT-2 built from ``GPT2Config`` (no weights downloaded: nothing leaves t
 a synthetic token pattern with the real ``transformers.Trainer``: gradient accumulation,
 evaluation and checkpoints on HF's schedule. memtop writes its run folder under
 ``OUTPUT_DIR/memtop/``; the tests (tests/integration/test_hf_trainer.py) and the callback's
-cost benchmark (benchmarks/framework_overhead.py) build the same model and data from here.
+cost benchmark (benchmarks/cases/frameworks/) build the same model and data from here.
 """
 
 from __future__ import annotations

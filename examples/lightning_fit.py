@@ -8,7 +8,7 @@ A small next-token model (embedding, GRU, linear head) as a LightningModule lear
 token pattern with the real ``lightning.Trainer``: gradient accumulation, validation and
 checkpoints on Lightning's schedule. memtop writes its run folder under
 ``default_root_dir/memtop/``; the tests (tests/integration/test_lightning_fit.py) and the
-callback's cost benchmark (benchmarks/framework_overhead.py) use the same module and data.
+callback's cost benchmark (benchmarks/cases/frameworks/) use the same module and data.
 """
 
 from __future__ import annotations

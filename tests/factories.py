@@ -15,12 +15,12 @@ import os
 import random
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from benchmarks.harness.pairs import in_thread  # noqa: F401  (torch work off the main thread)
 from probes import records as R
 from probes.records import Event, StepSample
 from probes.runfolder import METRICS, json_line, read_metrics, write_json
@@ -120,11 +120,15 @@ def shared_gpu_artifact(name: str) -> Path | None:
 
 
 def import_benchmark(name: str) -> ModuleType:
-    """A script of benchmarks/ as a module (the scripts import each other by bare name)."""
-    folder = str(ROOT / "benchmarks")
-    if folder not in sys.path:
-        sys.path.insert(0, folder)
-    return importlib.import_module(name)
+    """A module of the benchmarks package by its dotted name under benchmarks/ ("gpu.registry",
+    "cases.step_cost.synthetic_step"); a flat script of benchmarks/ (``benchmarks/X.py``, which
+    imports ``common`` by bare name) by its bare name."""
+    if "." not in name and (ROOT / "benchmarks" / f"{name}.py").is_file():
+        folder = str(ROOT / "benchmarks")
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
+        return importlib.import_module(name)
+    return importlib.import_module(f"benchmarks.{name}")
 
 
 def import_example(name: str) -> ModuleType:
@@ -139,24 +143,6 @@ def import_example(name: str) -> ModuleType:
 DEADLINE_S = 90.0  # an upper bound for a busy 2-core machine, never a duration to wait out
 
 
-def in_thread(fn, *args, **kwargs):
-    """Run torch work off the main thread: a parallel torch op on the main thread slows every
-    later background trainer in this process ~3× (docs/ARCHITECTURE.md), and a worker of the
-    suite runs many tests in one process."""
-    box: dict = {}
-
-    def target():
-        try:
-            box["value"] = fn(*args, **kwargs)
-        except BaseException as exc:  # re-raised on the caller's thread
-            box["error"] = exc
-
-    thread = threading.Thread(target=target)
-    thread.start()
-    thread.join()
-    if "error" in box:
-        raise box["error"]
-    return box.get("value")
 
 
 def wait_until(condition, what: str, timeout_s: float = DEADLINE_S, poll_s: float = 0.01):

@@ -1,8 +1,8 @@
 """`memtop train` as a measured process: headless (a plain subprocess) or drawing in a tmux
 pane, its metrics.jsonl read while it writes, and the CPU the app, its UI thread, the tmux server
-and everything else used between step --skip and the run's end. Shared by dashboard_overhead.py
-(tokens/s, dashboard vs headless, and its --diagnose) and ui_latency.py (part 2 waits for the
-pane's first steps).
+and everything else used between step --skip and the run's end. Shared by the cases
+dashboard_overhead (tokens/s, dashboard vs headless, and its --diagnose), metrics_scrape and
+ui_latency (part 2 waits for the pane's first steps).
 """
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import ROOT, cpu_busy_s, proc_cpu_s
-from terminal import TmuxPane, memtop_argv, run_folder
+from benchmarks.harness.paths import ROOT
+from benchmarks.harness.procfs import cpu_busy_s, proc_cpu_s
+from benchmarks.harness.terminal import TmuxPane, memtop_argv, run_folder
 
 # ---- the run folder, read while memtop writes it -----------------------------------------------
 

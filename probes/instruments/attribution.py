@@ -34,8 +34,8 @@ from probes.records.attribution import MAX_ROWS, fit_event, totals
 from probes.records.attribution_hints import attribution_hints
 
 # the forward peak's counter reads may cost this share of an undisturbed step (the window's
-# target: a step at most 2x a plain one; benchmarks/attribution_window.py); a step not seen yet
-# counts as DEFAULT_STEP_S
+# target: a step at most 2x a plain one; benchmarks/cases/attribution/attribution_window.py);
+# a step not seen yet counts as DEFAULT_STEP_S
 PEAK_READ_SHARE = 0.3
 DEFAULT_STEP_S = 0.05
 PEAK_RULE_CPU = ("forward peak: the heap in use (mallinfo2) sampled at each module's entry and "

@@ -2,7 +2,7 @@
 
 ``PhaseClock`` is armed by the Monitor on the loop's own model and optimizer, so a loop needs
 nothing beyond ``with mon.step()``; every hook is registered once, none per step (the split
-costs a few µs a step: benchmarks/monitor_fixed_cost.py --split):
+costs a few µs a step: python -m benchmarks run monitor_fixed_cost --split):
 
 - forward: a forward pre-hook and a forward hook on the root model, one interval per call
   inside the step (gradient accumulation: the micro-batches' passes add up); a call while a

@@ -7,9 +7,9 @@ of ms); the top-ops table is computed by a child process from that trace (probes
 because key_averages() would hold the GIL ~0.6-0.8 s and freeze the dashboard. The child is started
 idle when the window opens (a process start disturbs the next step on two cores) and told to go once
 trace.json is written. Its result is picked up at a later step boundary and emitted from the
-training thread, like every other event. Measured: benchmarks/profiler_window.py. What the window
-writes (the trace, window.json, the in-process table) and the stderr redirection around torch's
-profiler: probes/instruments/proftrace.py.
+training thread, like every other event. Measured: benchmarks/cases/profiler/profiler_window.py.
+What the window writes (the trace, window.json, the in-process table) and the stderr redirection
+around torch's profiler: probes/instruments/proftrace.py.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ class ProfilerWindow(StepHook):
 
     ``analysis``: "subprocess" (default; the UI thread is not stalled) or "inprocess" (torch's
     key_averages() on the training thread: the fallback when no child process can start, and the
-    "before" of benchmarks/profiler_window.py). ``keep_profiler`` keeps the last torch profiler
+    "before" of the profiler_window benchmark). ``keep_profiler`` keeps the last torch profiler
     object as ``last_profiler`` so tests can compare against its own key_averages().
 
     ``record_shapes`` is off by default: the stop at the window's end runs in torch's C++ with

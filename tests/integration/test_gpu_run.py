@@ -1,7 +1,8 @@
-"""benchmarks/gpu_check.py and benchmarks/gpu_run.sh as processes on a machine without a GPU:
-the dry run lists every CUDA claim NOT RUN, and `gpu_run.sh --rehearse` runs the same script as
+"""benchmarks/gpu/check.py and benchmarks/gpu/run.sh as processes on a machine without a GPU:
+the dry run lists every CUDA claim NOT RUN, and `gpu/run.sh --rehearse` runs the same script as
 on the lent GPU machine (device cpu, its own OUT), so it cannot rot before its one run there
-(the claims' logic: tests/unit/test_gpu_check.py)."""
+(the claims' logic: tests/unit/test_gpu_check.py); the old path benchmarks/gpu_run.sh forwards
+to it."""
 
 from __future__ import annotations
 
@@ -27,9 +28,9 @@ CLAIMS_ASKED = {
 
 def test_dry_run_lists_every_claim_not_run(tmp_path):
     out = tmp_path / "gc"
-    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), str(out),
-                          "--dry-run"], capture_output=True, text=True, timeout=120,
-                         env=subprocess_env())
+    res = subprocess.run([sys.executable, "-m", "benchmarks.gpu.check", str(out), "--dry-run"],
+                         capture_output=True, text=True, timeout=120, env=subprocess_env(),
+                         cwd=ROOT)
     assert res.returncode == 0, res.stderr
     data = json.loads((out / "summary.json").read_text())
     names = [c["name"] for c in data["claims"]]
@@ -42,7 +43,7 @@ def test_dry_run_lists_every_claim_not_run(tmp_path):
 @pytest.mark.slow  # a torch import, gpu_check's CPU pass and a pytest run in children
 def test_gpu_run_rehearses_on_cpu_into_files_the_device_can_return(tmp_path):
     out = tmp_path / "out"
-    res = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_run.sh"), "--rehearse",
+    res = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu" / "run.sh"), "--rehearse",
                           "--out", str(out)], capture_output=True, text=True, timeout=240,
                          env=subprocess_env(), cwd=tmp_path)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
@@ -63,3 +64,13 @@ def test_gpu_run_rehearses_on_cpu_into_files_the_device_can_return(tmp_path):
         names = set(tar.getnames())
     assert {"gpu_check/summary.json", "gpu_check/results.jsonl", "gpu_check/environment.json",
             "gpu_check/gpu_check.log", "console.log", "stages.tsv"} <= names
+
+
+def test_the_old_path_forwards_to_gpu_run_sh():
+    """benchmarks/gpu_run.sh, the command the earlier docs name, runs benchmarks/gpu/run.sh with
+    its arguments: a bad option is refused by the new script (one line, exit 2)."""
+    res = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_run.sh"), "--no-such-option"],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2
+    assert res.stderr.strip() == ("gpu/run.sh: unknown option --no-such-option (--rehearse, "
+                                  "--fetch-wheels, --out DIR)")

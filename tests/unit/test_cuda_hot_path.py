@@ -5,7 +5,7 @@ done, the step time taken from the device's clock, and the step's values read at
 What stands in for CUDA here is a small event class of the test's own (record / query /
 elapsed_time over a device clock the test moves), given to the same classes the CUDA path
 builds around torch.cuda.Event; whether torch's events behave so is the GPU claims' part
-(benchmarks/gpu_claims_profiler.py, gpu_claims_split.py)."""
+(benchmarks/gpu/claims/profiler.py, split.py)."""
 
 from __future__ import annotations
 
@@ -47,12 +47,12 @@ def test_the_gpu_claims_hand_torch_indexed_devices(tmp_path):
 
     from factories import ROOT, import_benchmark
 
-    reg = import_benchmark("gpu_registry")
+    reg = import_benchmark("gpu.registry")
     ctx = reg.Ctx(tmp_path, "cuda:1", 0.0)
     assert ctx.torch_device == torch.device("cuda", 1)
     assert reg.Ctx(tmp_path, "cpu", 0.0).torch_device == torch.device("cpu")
     unindexed = re.compile(r"torch\.device\((self\.)?ctx\.device\)|torch\.device\(\"cuda\"\)")
-    for path in sorted((ROOT / "benchmarks").glob("gpu_claims_*.py")):
+    for path in sorted((ROOT / "benchmarks" / "gpu" / "claims").glob("*.py")):
         assert not unindexed.search(path.read_text()), path.name
 
 

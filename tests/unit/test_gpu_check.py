@@ -1,4 +1,4 @@
-"""benchmarks/gpu_check.py on a machine without a GPU: the claim registry, the runner that keeps
+"""benchmarks/gpu/check.py on a machine without a GPU: the claim registry, the runner that keeps
 one failing, raising or hanging claim from stopping the rest and writes its summary after every
 claim, a run's model freed when it ends, and the analysis of the fixed claims on recorded rows
 (labelled stand-ins for what only a GPU produces). The whole script on CPU:
@@ -14,11 +14,11 @@ import weakref
 import pytest
 from factories import TINY, import_benchmark
 
-reg = import_benchmark("gpu_registry")
-gpu_check = import_benchmark("gpu_check")
+reg = import_benchmark("gpu.registry")
+gpu_check = import_benchmark("gpu.check")
 reg.load_claim_modules()
-probes_claims = import_benchmark("gpu_claims_probes")
-profiler_claims = import_benchmark("gpu_claims_profiler")
+probes_claims = import_benchmark("gpu.claims.probes")
+profiler_claims = import_benchmark("gpu.claims.profiler")
 
 
 def _claim(name, fn, *, needs_s=0.0, limit_s=60.0, cuda_only=False):
@@ -170,7 +170,7 @@ def test_per_step_sync_counts_and_timing_agreement():
 def test_split_problems_on_stand_in_rows():
     """Stand-ins for a CUDA run's rows (written here, not recorded): a split read two steps
     late is fine, one missing or read too late is said."""
-    split = import_benchmark("gpu_claims_split")
+    split = import_benchmark("gpu.claims.split")
     phases = dict(forward_ms=1.0, backward_ms=2.0, optimizer_ms=0.5, other_ms=0.1)
     good = [dict(step=s, split_step=max(1, s - 2), **phases) for s in range(1, 10)]
     assert split.split_problems(good) == []
@@ -222,7 +222,7 @@ def test_claims_leave_no_run_of_theirs_alive(tmp_path):
     from trainer.config import TrainConfig
     from tui.app import MemtopApp
 
-    culprits = import_benchmark("gpu_claims_culprits")
+    culprits = import_benchmark("gpu.claims.culprits")
     ctx = _ctx(tmp_path)
     data = culprits.culprit_run(ctx, "logits", steps=12)
     assert data["alerts"] or data["culprits"] or data["run_dir"]

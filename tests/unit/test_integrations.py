@@ -165,13 +165,13 @@ async def test_viewer_shows_the_last_logged_loss_between_logging_steps(tmp_path)
 
 
 def test_gpu_check_counts_syncs_per_optimizer_step():
-    """benchmarks/gpu_claims_frameworks.py's count (its CUDA run is a claim for a GPU): the
+    """benchmarks/gpu/claims/frameworks.py's count (its CUDA run is a claim for a GPU): the
     median of sync-debug warnings between step ends, after the first steps."""
     import warnings
 
     from factories import import_benchmark
 
-    marks = import_benchmark("gpu_claims_frameworks").SyncMarks([])
+    marks = import_benchmark("gpu.claims.frameworks").SyncMarks([])
     for step in range(1, 13):
         for _ in range(3 if step > 5 else 9):  # first steps: set-up syncs, left out
             marks.caught.append(warnings.WarningMessage(
@@ -179,4 +179,4 @@ def test_gpu_check_counts_syncs_per_optimizer_step():
         marks.caught.append(warnings.WarningMessage("another warning", UserWarning, "x.py", 2))
         marks.mark()
     assert marks.per_step() == 3
-    assert import_benchmark("gpu_claims_frameworks").SyncMarks([]).per_step() is None
+    assert import_benchmark("gpu.claims.frameworks").SyncMarks([]).per_step() is None

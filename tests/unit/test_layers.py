@@ -12,12 +12,13 @@ import pytest
 from factories import ROOT, TORCH_FREE
 
 SUBPACKAGES = (*TORCH_FREE, "probes.counters", "probes.instruments", "probes.monitor",
-               "probes.integrations")
+               "probes.integrations", "benchmarks.harness", "benchmarks.cases")
 
 
 def test_import_contracts_hold(capsys, monkeypatch):
     """tui → trainer → probes; probes/ in its layers; torch-free readers; Textual only in tui/;
-    no cycles at any depth (import-linter, as `lint-imports` runs, reading the source only)."""
+    benchmarks/ above all three and in its own layers; no cycles at any depth (import-linter, as
+    `lint-imports` runs, reading the source only)."""
     from importlinter.cli import lint_imports
 
     monkeypatch.chdir(ROOT)  # it reads pyproject.toml (and keeps its cache) where it runs

@@ -1,7 +1,7 @@
 """What is alive at one look: tensors by group, and the hooks on each named submodule.
 
 One ``gc.get_objects()`` scan with a type check per object (about 0.1 s per million objects;
-benchmarks/culprit_pause.py), done only when the finder looks, never per step. The census
+benchmarks/cases/leaks/), done only when the finder looks, never per step. The census
 keeps ids and group keys, not the tensors: holding them would be a leak of its own.
 """
 

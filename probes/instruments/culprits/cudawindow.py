@@ -5,7 +5,7 @@ at the second (one ``_snapshot()``), then turned off again unless the run record
 first frame of the user's code (probes/traces/snapshot.py, the same grouping ``memtop
 snapshot`` shows), so a kept device tensor is named by the line that allocated it. The time
 it costs (on, snapshot, off) is recorded in the event. Checked on a GPU only:
-benchmarks/gpu_claims_culprits.py."""
+benchmarks/gpu/claims/culprits.py."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ the socket) it looks at what is alive, looks again ``gap_steps`` steps later, an
 ``leak_culprit`` event naming what grew and what holds it.
 
 Both looks run at a step boundary on the training thread. Between looks tracemalloc runs (and
-on CUDA nothing more: the allocator history is a GPU claim, benchmarks/gpu_claims_culprits.py);
+on CUDA nothing more: the allocator history is a GPU claim, benchmarks/gpu/claims/culprits.py);
 at other times the hook does nothing but read a dict's length at the end of each step. The first
 look writes ``leak_look``: from it to ``leak_culprit`` (and the step after) the steps are
 disturbed, left out of the leak detector, timing and peaks (probes/records/disturbed.py).
