@@ -18,8 +18,8 @@ the Monitor the framework callbacks (probes/integrations/).
 
 Modules: monitor (Monitor, StepScope), steppath (what the Monitor does each step), session
 (RunSession, driver_label), steprow (the session's step row, from a memory reading and the
-pollers' latest), setup (argument checks, default_hooks, rank and world size), stepvalues (a step's scalars at one sync, the
-GradScaler's skipped steps).
+pollers' latest), setup (argument checks, default_hooks, rank and world size), stepvalues (a
+step's scalars at one sync, the GradScaler's skipped steps).
 Names load lazily (probes/tools/lazy.py): these modules import torch.
 """
 
