@@ -1,49 +1,57 @@
 """The DataLoader workers' sampler (probes/counters/workers.py): its CPU with 0, 2 and 8 workers,
 and the step ratio of a monitored loop with and without it.
 
-    python benchmarks/workers_sampler.py [--seconds 10] [--rounds 3] [--pairs 7] [--steps 60]
+    python -m benchmarks run workers_sampler [--seconds 10] [--rounds 3] [--pairs 7] [--steps 60]
+        [--max-busy 0.3] [--no-append]
 
 Part 1: N real DataLoader workers (fork, persistent) are started and kept alive; the sampler
 thread reads them every second for ``--seconds``; its CPU is the thread's own utime + stime from
 /proc/self/task/TID/stat over the wall time (median of ``--rounds``), with the milliseconds one
 reading took. Where the kernel keeps no child lists (CONFIG_PROC_CHILDREN off) a reading walks
-every process's /proc/PID/stat: the box's process count is printed beside the figure.
+every process's /proc/PID/stat: the box's process count is printed beside the figure. Target: a
+few % of a core (judged at ≤ 5% with 8 workers, from 3 rounds on a quiet machine).
 
-Part 2: memtop's default GPT (B=16, T=128, 4 layers, width 128) fed by a DataLoader with 2
+Part 2: memtop's default GPT (B=16, T=128, 4 layers, width 128, fp32) fed by a DataLoader with 2
 workers, under probes.Monitor, the sampler off (``workers_sample_s=None``) against on (1 s),
-in interleaved rounds [off, on, off'] (benchmarks/common.py: the A/A ratio off'/off is the
-noise band); tokens/s over ``--steps`` steps after ``--warm``. Target: the ratio inside the
-noise band (the sampler never touches the step path).
+in interleaved rounds [off, on, off'] (benchmarks/harness/pairs.py: the A/A ratio off'/off is
+the noise band); tokens/s over ``--steps`` steps after ``--warm``. Target: the ratio inside the
+noise band, ≥ 0.99 (the sampler never touches the step path).
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import tempfile
 import time
 
 import torch
-from common import (
-    RATIO_HEADER,
-    in_thread,
-    interleaved_pairs,
-    load_note,
-    median,
-    proc_cpu_s,
-    publish,
-    ratio_row,
-    wait_quiet,
-)
 from torch.utils.data import DataLoader, Dataset
 
+from benchmarks.harness import (
+    MIN_PAIRS,
+    RATIO_HEADER,
+    BadInput,
+    Figure,
+    LoadMeter,
+    in_thread,
+    md_table,
+    median,
+    met,
+    proc_cpu_s,
+    publish,
+    run_pairs,
+    wait_quiet,
+)
 from probes import Monitor
 from probes.counters.workers import ProcessTreeSampler
 from trainer.config import TrainConfig
 from trainer.data import load_corpus
 from trainer.model import GPT
 
-TARGET = 0.99
+TARGET = 0.99  # sampler on / off: inside the A/A noise
+CPU_TARGET = 0.05  # "a few % of a core", the sampler's thread with 8 workers
+WORKERS = (0, 2, 8)
+MIN_ROUNDS = 3  # fewer part-1 rounds: printed, not judged
 
 
 class Windows(Dataset):
@@ -87,15 +95,25 @@ def sampler_cpu(workers: int, seconds: float) -> tuple[float, float, int]:
     return (cpu1 - cpu0) / (t1 - t0), ms, readings
 
 
-def gpt_run(sampled: bool, steps: int, warm: int) -> float:
-    """tokens/s of the default GPT fed by 2 workers, the workers' sampler on or off."""
+def gpt_run(sampled: bool, steps: int, warm: int, device: torch.device | str = "cpu") -> float:
+    """tokens/s of the default GPT fed by 2 workers, the workers' sampler on or off. On CUDA (the
+    GPU claim, benchmarks/gpu/claims/workers.py): pinned batches, bf16 autocast, timed between
+    syncs."""
     torch.manual_seed(0)
-    cfg = TrainConfig(device="cpu")
-    model = GPT(cfg.model_config())
+    dev = torch.device(device)
+    cuda = dev.type == "cuda"
+    cfg = TrainConfig(device=dev.type)
+    model = GPT(cfg.model_config()).to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4)
     loader = DataLoader(Windows(cfg.seq_len), batch_size=cfg.batch_size, num_workers=2,
-                        persistent_workers=True)
+                        persistent_workers=True, pin_memory=cuda)
     tokens = cfg.batch_size * cfg.seq_len
+
+    def now() -> float:
+        if cuda:
+            torch.cuda.synchronize(dev)
+        return time.perf_counter()
+
     with tempfile.TemporaryDirectory() as tmp:
         mon = Monitor(model, opt, tokens_per_step=tokens, run_dir=tmp, warmup_steps=warm,
                       workers_sample_s=1.0 if sampled else None, write_report=False)
@@ -103,67 +121,84 @@ def gpt_run(sampled: bool, steps: int, warm: int) -> float:
         t0 = 0.0
         for i in range(warm + steps):
             if i == warm:
-                t0 = time.perf_counter()
-            x, y = next(batches)
+                t0 = now()
+            x, y = (t.to(dev, non_blocking=True) for t in next(batches))
             with mon.step() as step:
-                _, loss = model(x, y)
+                with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=cuda):
+                    _, loss = model(x, y)
                 loss.backward()
                 opt.step()
                 opt.zero_grad(set_to_none=True)
                 step.set(loss=loss)
-        elapsed = time.perf_counter() - t0
+        elapsed = now() - t0
         mon.close()
         del batches
     return steps * tokens / elapsed
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seconds", type=float, default=10.0)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--pairs", type=int, default=7)
-    ap.add_argument("--steps", type=int, default=60)
-    ap.add_argument("--warm", type=int, default=5)
-    ap.add_argument("--max-busy", type=float, default=0.3)
-    ap.add_argument("--max-wait", type=float, default=600)
-    ap.add_argument("--no-append", action="store_true")
-    args = ap.parse_args()
+def options(ap) -> None:
+    ap.add_argument("--seconds", type=float, default=10.0,
+                    help="part 1: how long the sampler reads each set of workers, per round")
+    ap.add_argument("--rounds", type=int, default=3, help="part 1: rounds per worker count")
+    ap.pairs(7, "sampler off, sampler on, sampler off'")
+    ap.add_argument("--steps", type=int, default=60, help="part 2: timed steps per run")
+    ap.add_argument("--warm", type=int, default=5, help="part 2: steps before the timed ones")
+    ap.quiet()
+
+
+def judged(verdict: str, rounds: int, others: float, max_busy: float) -> str:
+    """Part 1's verdict, unless too few rounds or other processes' load leave it not judged."""
+    if rounds < MIN_ROUNDS:
+        return f"not judged ({rounds} rounds < {MIN_ROUNDS})"
+    if others > max_busy:
+        return f"not judged (under load: others used {others:.2f} cores)"
+    return verdict
+
+
+def main(args) -> None:
+    if args.seconds <= 0 or args.rounds < 1 or args.pairs < 1 or args.steps < 1 or args.warm < 0:
+        raise BadInput("--seconds, --rounds, --pairs and --steps must be positive, --warm not "
+                       "negative")
     wait_quiet(args.max_busy, args.max_wait, "before the first round")
     procs = sum(1 for name in os.listdir("/proc") if name.isdigit())
-    lines = ["| workers | sampler CPU (cores) median | min–max | ms per reading median | "
-             "readings |", "|---|---|---|---|---|"]
-    for n in (0, 2, 8):
-        got = [sampler_cpu(n, args.seconds) for _ in range(args.rounds)]
-        cpu = [g[0] for g in got]
-        lines.append(f"| {n} | {median(cpu):.5f} | {min(cpu):.5f}–{max(cpu):.5f} | "
-                     f"{median([g[1] for g in got]):.2f} | {sum(g[2] for g in got)} |")
-        print(lines[-1], flush=True)
+    meter, got = LoadMeter(), {}
+    for n in WORKERS:
+        got[n] = [sampler_cpu(n, args.seconds) for _ in range(args.rounds)]
+        print(f"{n} workers: the sampler's thread {median([g[0] for g in got[n]]):.2%} of a core, "
+              f"{median([g[1] for g in got[n]]):.2f} ms a reading", flush=True)
+    others = meter.others_cores()
+    cpu = {n: [g[0] for g in got[n]] for n in WORKERS}
+    ms = {n: median([g[1] for g in got[n]]) for n in WORKERS}
+    table = md_table(["workers", "sampler CPU (cores) median", "min–max",
+                      "ms per reading median", "readings"],
+                     [[n, f"{median(cpu[n]):.5f}", f"{min(cpu[n]):.5f}–{max(cpu[n]):.5f}",
+                       f"{ms[n]:.2f}", sum(g[2] for g in got[n])] for n in WORKERS])
     how = ProcessTreeSampler().lister.how
 
-    def show(rnd: int, label: str, value: float, others: float) -> None:
-        print(f"round {rnd + 1} {label:>14}: {value:8,.0f} tokens/s (others {others:.2f})",
-              flush=True)
-
-    fns = {side: (lambda s=s: in_thread(gpt_run, s, args.steps, args.warm))
-           for side, s in (("sampler off", False), ("sampler on", True))}
-    res = interleaved_pairs("sampler off", fns, args.pairs, on_result=show)
-    others = res["others_cores"]
-    row, _ = ratio_row("default GPT + 2 workers, sampler on / off, tokens/s",
-                       res["ratios"]["sampler on"], res["aa"], TARGET,
-                       sum(others) / len(others), args.max_busy)
+    sides = {side: (lambda s=s: in_thread(gpt_run, s, args.steps, args.warm))
+             for side, s in (("sampler off", False), ("sampler on", True))}
+    pairs = run_pairs(args, "sampler off", sides, unit="tok/s", fmt=",.0f", wait=False)
+    what = "default GPT + 2 workers, sampler on / off, tokens/s"
+    row, _ = pairs.row("sampler on", what, TARGET)
     body = (f"Part 1: the sampler thread's CPU at 1 Hz over {args.seconds:g} s, {args.rounds} "
-            f"rounds per row; children found by {how}; {procs} processes on the box.\n\n"
-            + "\n".join(lines) +
-            f"\n\nPart 2: memtop's default GPT (CPU, fp32) fed by DataLoader(num_workers=2), "
+            f"rounds per row; children found by {how}; {procs} processes on the box; other "
+            f"processes used {others:.2f} cores meanwhile.\n\n{table}\n\n"
+            f"Part 2: memtop's default GPT (CPU, fp32) fed by DataLoader(num_workers=2), "
             f"{args.warm} warm-up then {args.steps} timed steps per run, {args.pairs} rounds of "
-            f"[off, on, off'] (odd rounds reversed). {load_note(others, args.max_busy)} Wall "
-            f"time {res['seconds'] / 60:.1f} min.\n"
-            f"Command: `python benchmarks/workers_sampler.py --seconds {args.seconds:g} "
-            f"--rounds {args.rounds} --pairs {args.pairs} --steps {args.steps}`\n\n"
-            f"{RATIO_HEADER}\n{row}\n")
-    publish("DataLoader workers' sampler: CPU with 0/2/8 workers, step ratio on/off", body,
-            not args.no_append)
-
-
-if __name__ == "__main__":
-    main()
+            f"[off, on, off'] (odd rounds reversed; fewer than {MIN_PAIRS}: not judged). "
+            f"{pairs.note()} Wall time {pairs.minutes:.1f} min.\n\n{RATIO_HEADER}\n{row}\n")
+    most = max(WORKERS)
+    slash = " / ".join
+    value = (f"{median(cpu[most]):.1%} of a core at {most} workers (min–max "
+             f"{min(cpu[most]):.1%}–{max(cpu[most]):.1%}); {slash(map(str, WORKERS))} workers: "
+             f"{slash(f'{median(cpu[n]):.1%}' for n in WORKERS)}, "
+             f"{slash(f'{ms[n]:.1f}' for n in WORKERS)} ms a reading; {args.rounds} rounds of "
+             f"{args.seconds:g} s")
+    verdict = judged(met(median(cpu[most]), CPU_TARGET), args.rounds, others, args.max_busy)
+    publish(args, "DataLoader workers' sampler: CPU with 0/2/8 workers, step ratio on/off", body,
+            [Figure("workers_sampler/sampler_cpu", "the DataLoader workers' sampler thread at "
+                    "1 Hz: its CPU with 0 / 2 / 8 live workers, and ms a reading",
+                    f"≤ {CPU_TARGET:.0%} of a core at {most} workers (a few %)", value, verdict),
+             pairs.figure("workers_sampler/step_ratio", "the default GPT fed by 2 workers, "
+                          "the workers' sampler on / off, tokens/s (interleaved, A/A)",
+                          "sampler on", TARGET)])
