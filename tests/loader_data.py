@@ -1,6 +1,7 @@
-"""Datasets and a tiny loop for the DataLoader workers' tests (tests/integration/test_workers.py)
-and benchmark (benchmarks/workers_sampler.py). A module of its own, importable by name, so a
-spawn-started worker can unpickle them without importing a test module; torch only."""
+"""Datasets and a tiny loop for the DataLoader workers' tests (tests/integration/test_workers.py).
+A module of its own, importable by name, so a spawn-started worker can unpickle them without
+importing a test module; torch only. (The workers' benchmark,
+benchmarks/cases/step_cost/workers_sampler.py, feeds memtop's GPT token windows of its own.)"""
 
 from __future__ import annotations
 

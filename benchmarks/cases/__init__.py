@@ -45,6 +45,11 @@ CASES = (
          "whole sample ≤ 20 µs", "~1 min"),
     Case("sampler_in_run", "step_cost", "the two memory reads the trainer makes each step, timed "
          "inside a live run", "≤ 20 µs per step together", "~1 min"),
+    Case("workers_sampler", "step_cost", "the DataLoader workers' sampler (issue 43): its "
+         "thread's CPU at 1 Hz and ms a reading with 0, 2 and 8 live workers; the default GPT "
+         "fed by 2 workers with the sampler on vs off, interleaved [off, on, off'] with A/A",
+         "the thread ≤ a few % of a core (5% at 8 workers); on / off ≥ 0.99, inside the A/A noise",
+         "~7 min (part 1 ~2 min: 3 × 3 rounds of 10 s)"),
     # ui/
     Case("dashboard_overhead", "ui", "tokens/s with `memtop train` drawing in a real terminal "
          "(tmux 80x24, 120x40, 200x60) vs --headless, separate processes, interleaved pairs with "
@@ -112,6 +117,11 @@ CASES = (
     Case("ledger_cost", "attribution", "the memory ledger: one measured step against plain steps "
          "of the same run, and amortised over its sampling interval",
          "amortised within ~1% of a step", "~2 min"),
+    # fit/
+    Case("fit_accuracy", "fit", "`memtop fit` (issue 41): the predicted peak's error at 2×, 4× "
+         "and 8× the probe's B and T, each size checked in a fresh process, and the whole "
+         "command's wall time on the default model", "errors within ±10%; `memtop fit` < 60 s "
+         "on 2 cores", "~3 min (one repeat ~1 min: 8 fresh processes)"),
     # profiler/
     Case("profiler_window", "profiler", "step time inside vs outside a profiler window (three "
          "analysis modes), the training time a window costs, and how late a UI-like thread wakes "

@@ -16,8 +16,8 @@ files (smaps_rollup for ``memory_full_info``) and walks every process for ``chil
 
 What a reading costs is the kernel's walk of each worker's page tables for smaps_rollup: ~4 ms
 for a forked worker of a torch process (~190 MiB resident), more for bigger ones
-(benchmarks/workers_sampler.py); the read releases the GIL and never runs on the step path, so
-the training thread only shares a core with it. ``interval_s`` sets the pace.
+(benchmarks/cases/step_cost/workers_sampler.py); the read releases the GIL and never runs on the
+step path, so the training thread only shares a core with it. ``interval_s`` sets the pace.
 
 A worker is a direct child; what it starts (an ``ldconfig`` while a spawned worker imports, a
 tokenizer's helpers) is added to it, never counted as a worker of its own. Left out, and said so

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import statistics
 import tempfile
-import time
 from typing import Any
 
 import torch
@@ -23,8 +22,8 @@ PAIRS = 7
 class _Items(Dataset):
     """Small items; ``leak_bytes`` kept per item in the worker (a cache in __getitem__)."""
 
-    def __init__(self, leak_bytes: int = 0, seq_len: int = 0) -> None:
-        self.leak_bytes, self.seq_len, self.cache = leak_bytes, seq_len, {}
+    def __init__(self, leak_bytes: int = 0) -> None:
+        self.leak_bytes, self.cache = leak_bytes, {}
 
     def __len__(self) -> int:
         return 1_000_000
@@ -32,9 +31,6 @@ class _Items(Dataset):
     def __getitem__(self, i: int) -> Any:
         if self.leak_bytes:
             self.cache[i] = bytearray(self.leak_bytes)
-        if self.seq_len:
-            window = torch.arange(i, i + self.seq_len + 1) % 256
-            return window[:-1], window[1:]
         return torch.full((8,), float(i % 7)), torch.tensor(i % 2)
 
 
@@ -87,41 +83,12 @@ def workers_leak_on_cuda(ctx: Ctx) -> Outcome:
 
 
 def _gpt_tokens_per_s(sampled: bool, steps: int = 60, warm: int = 10) -> float:
-    from probes import Monitor
-    from trainer.config import TrainConfig
-    from trainer.model import GPT
+    from benchmarks.cases.step_cost.workers_sampler import gpt_run  # the CPU figure's loop
 
-    torch.manual_seed(0)
-    cfg = TrainConfig(device="cuda")
-    device = torch.device("cuda", 0)
-    model = GPT(cfg.model_config()).to(device)
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-4)
-    loader = DataLoader(_Items(seq_len=cfg.seq_len), batch_size=cfg.batch_size, num_workers=2,
-                        persistent_workers=True, pin_memory=True)
-    tokens = cfg.batch_size * cfg.seq_len
-    with tempfile.TemporaryDirectory() as tmp:
-        mon = Monitor(model, opt, tokens_per_step=tokens, run_dir=tmp, warmup_steps=warm,
-                      workers_sample_s=1.0 if sampled else None, write_report=False)
-        batches = iter(loader)
-        t0 = 0.0
-        for i in range(warm + steps):
-            if i == warm:
-                torch.cuda.synchronize(device)
-                t0 = time.perf_counter()
-            x, y = (t.to(device, non_blocking=True) for t in next(batches))
-            with mon.step() as step:
-                with torch.autocast("cuda", dtype=torch.bfloat16):
-                    _, loss = model(x, y)
-                loss.backward()
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-                step.set(loss=loss)
-        torch.cuda.synchronize(device)
-        elapsed = time.perf_counter() - t0
-        mon.close()
-        del batches
-    free_device()
-    return steps * tokens / elapsed
+    try:
+        return gpt_run(sampled, steps, warm, torch.device("cuda", 0))
+    finally:
+        free_device()
 
 
 @claim("workers_sampler_step_ratio_cuda", "the workers' sampler (1 Hz, 2 workers) keeps the "
