@@ -101,7 +101,8 @@ def test_profile_request_windows_the_next_request(tmp_path):
                                        baseline_tokens=0)
     assert code == 0
     done = [e for e in events if e["event"] == R.PROFILE_DONE]
-    assert [e["phase"] for e in done] == ["prefill", "decode"]
+    # each window's table is analysed in its own child: the two may finish in either order
+    assert sorted(e["phase"] for e in done) == ["decode", "prefill"]
     assert {s["request"] for s in steps if s["profiling"]} == {2}
 
 
