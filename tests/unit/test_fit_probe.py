@@ -194,11 +194,13 @@ def test_a_guard_stop_mid_point_is_said_with_what_was_measured(tiny_config, tmp_
     """The verification run's way (trainer/fitprobe.py main): the budget as --max-memory, a
     point over it stopped by the guard, not by the kernel."""
     from probes.counters.host import RssReader
+    from probes.counters.memory import trim_heap
 
+    trim_heap()  # a worker that ran other tests holds free heap its steps would reuse
     rss = RssReader()
     limit = rss.read() + 1 * MIB  # below what the probe's steps add
     rss.close()
-    probe, _, _ = _probe(tiny_config, tmp_path, [(64, 32)], refine=False,
+    probe, _, _ = _probe(tiny_config, tmp_path, [(256, 32)], refine=False,
                          budget_bytes=limit,
                          config={"max_memory_bytes": limit, "warmup_steps": 2})
     assert probe.points and probe.points[0]["status"] == GUARD
