@@ -109,7 +109,9 @@ def test_a_worker_leak_is_alerted_within_10_steps_and_named_as_the_workers(tmp_p
     assert counted[-1]["workers_uss_bytes"] - counted[0]["workers_uss_bytes"] > 40 * MiB
     assert all(r["workers_pss_bytes"] <= r["workers_rss_bytes"] for r in counted)
     started = events_named(run, R.WORKERS)[0]
-    assert {c["comm"] for c in started["started"]} <= {"pt_data_worker", "python"}
+    # a fork worker renames itself; a spawned one is the interpreter (python, python3, python3.11)
+    assert all(c["comm"] == "pt_data_worker" or c["comm"].startswith("python")
+               for c in started["started"]), started["started"]
 
 
 # ---- healthy loaders: no alert ----------------------------------------------------------------
