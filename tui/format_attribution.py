@@ -51,11 +51,22 @@ def cell(key: str, row: Mapping[str, Any], step_peak: int | None) -> str:
     return format_bytes(value) if isinstance(value, (int, float)) else "n/a"
 
 
+# the sort key (probes/records/attribution.py SORT_KEYS) -> the column that shows it: "held"
+# is what %peak is a share of (a held sort showed no ▼ and could lose its column, issue 40)
+SORT_COLUMN = {"held_bytes": "share"}
+
+
+def sort_column(sort_key: str) -> str:
+    """The column whose values a sort by ``sort_key`` orders."""
+    return SORT_COLUMN.get(sort_key, sort_key)
+
+
 def shown_columns(width: int, sort_key: str) -> list[tuple[str, str]]:
     """The columns that fit beside a name of NAME_MIN cells; the sort column always stays,
     then activations, fwd peak, params, opt, grads, %peak in that order."""
     order = ["activations_bytes", "forward_peak_bytes", "params_bytes", "optimizer_bytes",
              "grads_bytes", "share"]
+    sort_key = sort_column(sort_key)
     if sort_key in order:
         order.remove(sort_key)
         order.insert(0, sort_key)
@@ -91,7 +102,8 @@ def table_lines(data: Mapping[str, Any], sort_key: str, width: int,
     name_w = max(NAME_MIN, width - len(columns) * (CELL_W + 1))
     model = str(data.get("model_class") or "model")
     level = choose_depth(rows)
-    lines = [_line("module", [sort_title(t) if k == sort_key else t for k, t in columns],
+    lines = [_line("module", [sort_title(t) if k == sort_column(sort_key) else t
+                              for k, t in columns],
                    name_w)]
     for row in sort_rows(at_depth(rows, level), sort_key):
         label = module_label(row)

@@ -88,6 +88,15 @@ def test_sorting_by_the_forward_peak_and_narrow_columns():
                                                                  "activations_bytes"]
     assert len(shown_columns(120, "activations_bytes")) == 6
     assert short_name("transformer.h.12.attn.c_proj", 14) == "…2.attn.c_proj"
+    # every sort key `o` reaches marks its column and keeps it at any width ("by held" marked
+    # none and could lose %peak at 80 columns)
+    from probes.records.attribution import SORT_KEYS
+
+    for key in SORT_KEYS:
+        for width in (40, 76, 120):
+            lines = table_lines(data, key, width)
+            assert lines[0].count("▼") == 1, (key, width, lines[0])
+    assert "%peak ▼" in table_lines(data, "held_bytes", 40)[0]
 
 
 def test_the_ledger_line_says_what_does_not_reconcile():
