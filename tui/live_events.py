@@ -143,9 +143,12 @@ class LiveEvents:
                     timeout=10)
 
     def _memory_guard(self: Any, event: Event) -> None:
+        # the event's own words (would pass / passed / is over, with the room left) and its
+        # forecast, the newest: the leak banner kept the alert's from seconds before (user pass)
         self.error_banner.show_message(
-            f"memory guard stopped the run at step {event.step}: {event.data.get('counter')} "
-            "would pass the --max-memory limit", warning=True)
+            f"memory guard stopped the run at step {event.step}: {event.summary()}",
+            warning=True)
+        self.leak_banner.guard_stopped(event.step, event.data)
 
     def _control(self: Any, event: Event) -> None:
         """A request another process sent (a viewer, the launcher); this dashboard's own keys

@@ -112,6 +112,18 @@ def profile_done_text(d: Mapping[str, Any]) -> str:
     return f"{where}: {len(ops)} ops, top {top}" if top else where
 
 
+def guard_text(d: Mapping[str, Any]) -> str:
+    """A memory_guard row in one line, with how far from the limit: "host RSS at 580 MiB would
+    pass 580 MiB" read as nonsense where 579.5 MiB rounds to the limit (user pass)."""
+    watched, limit = finite_num(d.get("watched_bytes")), finite_num(d.get("limit_bytes"))
+    text = (f"{d.get('counter')} at {format_bytes(watched)} {guard_verb_text(d)} "
+            f"{format_bytes(limit)}")
+    if watched is not None and limit is not None and watched != limit:
+        text += (f" ({format_bytes(watched - limit)} over)" if watched > limit
+                 else f" ({format_bytes(limit - watched)} left)")
+    return text
+
+
 def guard_verb_text(d: Mapping[str, Any]) -> str:
     """'passed' once the watched counter is over the limit, else 'would pass' (issue 44)."""
     watched, limit = finite_num(d.get("watched_bytes")), finite_num(d.get("limit_bytes"))

@@ -21,7 +21,7 @@ from probes.records.event_text import (
     error_text,
     evaluate_text,
     fit_point_text,
-    guard_verb_text,
+    guard_text,
     leak_text,
     profile_done_text,
     request_done_text,
@@ -38,7 +38,6 @@ from probes.records.workers import (
     worker_died_summary,
     workers_summary,
 )
-from probes.tools.units import format_bytes
 
 
 @dataclass(frozen=True)
@@ -273,8 +272,7 @@ _KINDS = (
               summary=lambda d: str(d.get("message")),
               required=("message",)),
     EventKind(MEMORY_GUARD, "--max-memory stopped the run before the limit", LEAK_FIELDS,
-              summary=lambda d: f"{d.get('counter')} at {format_bytes(d.get('watched_bytes'))} "
-                                f"{guard_verb_text(d)} {format_bytes(d.get('limit_bytes'))}",
+              summary=guard_text,
               required=("counter", "watched_bytes", "limit_bytes")),
     EventKind(METRICS_WRITE_FAILED, "metrics.jsonl could not be written (disk full ...)",
               {"reason": "str"}, summary=lambda d: str(d.get("reason")),

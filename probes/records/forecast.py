@@ -23,13 +23,18 @@ def fill_text(d: Mapping[str, Any], short: bool = False) -> str | None:
         return None
     counter = d.get("fill_counter") or "memory"
     limit = d.get("limit_name") or "the limit"
-    left = format_duration(secs) if secs is not None else f"~{format_steps(steps)} steps"
+    if steps == 0 or (steps is None and secs is not None and secs <= 0):
+        when = "now"  # nothing left: "in ~0 steps / 0.00 s" read as a figure (user pass)
+    elif secs is None:
+        when = f"in ~{format_steps(steps)} steps"
+    elif short or steps is None:
+        when = f"in {format_duration(secs)}"
+    else:
+        when = f"in ~{format_steps(steps)} steps / {format_duration(secs)}"
     if short:  # one 80-column banner line
-        return f"{_SHORT.get(counter, counter)} fills {_SHORT.get(limit, limit)} in {left}"
-    if steps is not None and secs is not None:
-        left = f"~{format_steps(steps)} steps / {left}"
+        return f"{_SHORT.get(counter, counter)} fills {_SHORT.get(limit, limit)} {when}"
     rate = finite_num(d.get("fill_bytes_per_step"))
     room = finite_num(d.get("capacity_bytes"))
     at = f" at +{format_bytes(rate)}/step" if rate is not None else ""
     of = f" ({format_bytes(room)} left)" if room is not None else ""
-    return f"{counter} fills {limit}{of}{at} in {left}"
+    return f"{counter} fills {limit}{of}{at} {when}"

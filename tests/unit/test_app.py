@@ -391,3 +391,25 @@ async def test_ctrl_c_in_the_dashboard_ends_the_run_as_sigint_does_headless(make
     _, events = metrics_rows(app.run_dir)
     finished = [e for e in events if e["event"] == "run_finished"]
     assert finished and finished[-1]["reason"] == "interrupted (SIGINT)"
+
+
+async def test_a_guard_stop_gives_the_banner_its_forecast_and_its_own_words(make_app):
+    """After a guard stop the banner said "RSS fills the limit in 11 s" from a forecast of
+    seconds before while the guard's said 2 steps / 3.4 s, and the error line said "would pass"
+    of any stop (user pass): the guard's event is the newest forecast and its summary the
+    words."""
+    app = make_app(autostart=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        app.ring.push(Event("leak_suspected", 30, 3.0, {
+            "counter": "host_heap", "bytes_per_step": 1024 * 1024, "since_step": 11,
+            "window_steps": 16, "fill_counter": "host RSS", "limit_name": "--max-memory",
+            "capacity_bytes": 40 * 1024**2, "fill_bytes_per_step": 4 * 1024**2,
+            "steps_to_full": 10, "seconds_to_full": 11.0}))
+        await wait_for(pilot, lambda: "11 s" in app.leak_banner.text, "the alert's forecast")
+        app.ring.push(Event("memory_guard", 46, 5.0, {
+            "counter": "host RSS", "watched_bytes": 607662080, "limit_bytes": 580 * 1024**2,
+            "growth_bytes_per_step": 4 * 1024**2, "steps_to_full": 2, "seconds_to_full": 3.4}))
+        await wait_for(pilot, lambda: app.error_banner.shown, "the guard's line")
+        await wait_for(pilot, lambda: "3.40 s" in app.leak_banner.text, "the guard's forecast")
+        assert "11 s" not in app.leak_banner.text
+        assert "would pass 580 MiB (500 KiB left)" in app.error_banner.text

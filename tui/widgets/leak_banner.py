@@ -51,6 +51,15 @@ class LeakBanner(TextLine):
             self.alerts[counter].update(data)
             self._render_alerts()
 
+    def guard_stopped(self, step: int, data: dict[str, Any]) -> None:
+        """The memory guard stopped the run (``memory_guard``): its forecast is the newest, so
+        an open alert's time to full is the guard's, not the one recomputed seconds before."""
+        fill = {k: data[k] for k in ("steps_to_full", "seconds_to_full") if k in data}
+        if fill and self.alerts:
+            for alert in self.alerts.values():
+                alert.update(fill)
+            self._render_alerts()
+
     def run_ended(self) -> None:
         """The run is over (or a viewer opened a finished one): say the alert was open at its
         end, and offer no `w`, which has no run to look into."""
