@@ -57,6 +57,21 @@ def fit(text: str, width: int) -> str:
     return text[: max(0, width - 1)] + "…"
 
 
+def fit_note(note: str, width: int) -> str:
+    """A pane's note in ``width`` columns, its qualifiers giving way before its figures: a
+    trailing "(…)", then what follows ": " or ", ", then " · " as a space; cut with "…" only
+    when that is not enough ("workers 2 · +791 M" at 80 columns read as a number, user pass)."""
+    text = note
+    for shorter in (lambda t: t.rsplit(" (", 1)[0] if t.endswith(")") else t,
+                    lambda t: t.split(": ", 1)[0],
+                    lambda t: t.split(", ", 1)[0],
+                    lambda t: t.replace(" · ", " ")):
+        if len(text) <= width:
+            return text
+        text = shorter(text)
+    return fit(text, width)
+
+
 def fit_lines(text: str, width: int, max_lines: int) -> str:
     """Wrap ``text`` to ``width`` and keep at most ``max_lines`` lines, the last cut with "…"
     when anything was left out: a banner never loses its end silently (the full text is one

@@ -438,3 +438,13 @@ def test_the_banner_says_its_time_to_full_is_the_latest_and_the_report_the_alert
     assert "(now)" not in fp.leak_alert_line(no_eta, 50, when="now")  # nothing to qualify
     line = forecast_line([{"step": 60, **data}])
     assert "at the alert" in line and "banner shows the latest" in line
+
+
+def test_a_pane_note_gives_up_its_qualifiers_before_its_figures():
+    """"workers 2 · +791 M" at 80 columns read as a cut number (user pass)."""
+    assert f.fit_note("workers 2 · +791 MiB (PSS)", 30) == "workers 2 · +791 MiB (PSS)"
+    assert f.fit_note("workers 2 · +791 MiB (PSS)", 18) == "workers 2 +791 MiB"
+    assert f.fit_note("200 MiB above RSS: not resident", 18) == "200 MiB above RSS"
+    assert f.fit_note("cache free 1.6 GiB, 2 malloc retries", 18) == "cache free 1.6 GiB"
+    assert f.fit_note("ctx+libs 552 MiB (NVML − reserved)", 18) == "ctx+libs 552 MiB"
+    assert f.fit_note("a note with no qualifier at all", 10) == "a note wi…"

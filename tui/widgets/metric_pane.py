@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import deque
 
 from probes.tools.units import NA
-from tui.format import format_scale, format_value, label_value_line, range_text
+from tui.format import fit_note, format_scale, format_value, label_value_line, range_text
 from tui.widgets.line_pane import LinePane
 
 HISTORY = 512  # values kept per pane, whatever the run length
@@ -80,7 +80,7 @@ class MetricPane(LinePane):
             value = format_value(self.kind, self.current)
         top = label_value_line(self.label, value, width, self.short_label)
         if self.note is not None:
-            rng = self.note[:width]
+            rng = fit_note(self.note, width)
         elif self.history:
             rng = range_text(self.kind, min(self.history), max(self.history), width)
         else:
