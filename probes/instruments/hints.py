@@ -102,9 +102,14 @@ def split_hints(recent: Sequence[StepSample], optimizer_fast: bool) -> list[tupl
     step = _median(recent, "step_ms")
     wait = _median(recent, "data_wait_ms")
     if step and wait is not None and wait >= INPUT_MIN_MS and wait / (wait + step) > INPUT_SHARE:
-        out.append(("input_bound", f"data wait {wait:.1f} ms against a {step:.1f} ms step "
-                                   f"({wait / (wait + step):.0%} of the cycle, median of "
-                                   f"{len(recent)} steps)"))
+        detail = (f"data wait {wait:.1f} ms against a {step:.1f} ms step "
+                  f"({wait / (wait + step):.0%} of the cycle, median of {len(recent)} steps)")
+        workers = recent[-1].workers
+        if workers:  # it has workers: "give the DataLoader workers" read wrong (user pass)
+            detail += (f"; with {workers} DataLoader worker{'s' * (workers > 1)} already: "
+                       "more workers, a larger prefetch_factor, persistent_workers=True or "
+                       "a cheaper __getitem__")
+        out.append(("input_bound", detail))
     opt = _median(recent, "optimizer_ms")
     if step and opt is not None and not optimizer_fast and opt >= OPTIMIZER_MIN_MS \
             and opt / step > OPTIMIZER_SHARE:

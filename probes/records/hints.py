@@ -52,7 +52,8 @@ HINTS: tuple[HintKind, ...] = (
              "expandable_segments:True or a smaller batch"),
     HintKind("input_bound", "any", "the loop waits on its data (over 20% of each step)",
              "the time between two steps (the loader, host-to-device copies) is time the model "
-             "does not train: give the DataLoader workers (num_workers), pin_memory=True and "
+             "does not train: give the DataLoader workers (num_workers; more of them, or a "
+             "larger prefetch_factor, where it has some), pin_memory=True and "
              "copy batches with .to(device, non_blocking=True) so the next batch is ready "
              "when the step ends"),
     HintKind("optimizer_bound", "any", "the optimizer step takes a large share of the step",

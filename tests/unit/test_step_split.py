@@ -217,6 +217,11 @@ def test_split_hints_from_samples():
     assert split_hints(calm[:-1], optimizer_fast=False) == []  # not a full window yet
     starved = [make_sample(i, data_wait_ms=8.0, **base) for i in range(SPLIT_WINDOW)]
     assert [n for n, _ in split_hints(starved, False)] == ["input_bound"]
+    assert "already" not in split_hints(starved, False)[0][1]
+    # a loop that has workers is not told to get some (user pass)
+    fed = [make_sample(i, data_wait_ms=8.0, workers=2, **base) for i in range(SPLIT_WINDOW)]
+    ((name, detail),) = split_hints(fed, False)
+    assert name == "input_bound" and "with 2 DataLoader workers already" in detail
     slow_opt = {**base, "optimizer_ms": 6.0}
     rows = [make_sample(i, data_wait_ms=0.5, **slow_opt) for i in range(SPLIT_WINDOW)]
     assert [n for n, _ in split_hints(rows, False)] == ["optimizer_bound"]
