@@ -3,8 +3,8 @@
     python screenshots/make_screenshots.py [--out screenshots] [--steps-before 40] [--only F..]
 
 Drives MemtopApp with Textual's Pilot (headless, no terminal needed) over the default mini-GPT on
-the CPU and saves: dashboard.svg (120×40), dashboard-80x24.svg, help.svg, profiler.svg (after `p`)
-leak.svg (after `l`, once the detector raises its alert) and culprit.svg (the culprit finder's
+the CPU and saves: dashboard.svg (120×40), dashboard-80x24.svg, help.svg, profiler.svg (after `p`),
+modules.svg (after `a`: the per-module memory window's table), leak.svg (after `l`, once the detector raises its alert) and culprit.svg (the culprit finder's
 answer to that alert, a few steps later); ``--only culprit.svg`` remakes only the files named.
 A view whose producer is missing in this build (no profiler window, no leak detector) is
 skipped with a line saying so.
@@ -89,6 +89,19 @@ async def main_run(out: Path, root: Path, steps_before: int, timeout_s: float) -
                 print("skipped profiler.svg: no table arrived", file=sys.stderr)
         else:
             print("skipped profiler.svg: no profiler window in this build", file=sys.stderr)
+
+        if ONLY and "modules.svg" not in ONLY:
+            pass
+        elif app.can("attribute"):
+            await pilot.press("a")
+            if await wait_for(pilot, lambda: app.modules_table.loaded, timeout_s):
+                app.clear_notifications()
+                await settle(app, pilot)
+                save(app, out, "modules.svg")
+            else:
+                print("skipped modules.svg: no memory window's table arrived", file=sys.stderr)
+        else:
+            print("skipped modules.svg: no memory window in this build", file=sys.stderr)
 
         await pilot.press("l")
         if await wait_for(pilot, lambda: app.leak_banner.shown, timeout_s):

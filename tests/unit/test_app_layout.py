@@ -186,6 +186,10 @@ async def test_top_ops_and_ledger_share_a_short_side_column(make_app, size):
         else:
             assert ledger.height < lines + 2
             assert app.ledger.max_scroll_y > 0  # a scrollbar says the rest is there
+        # and no line wraps beside it: each line left the scrollbar its column ("2 × P ×"
+        # over "4…" in the README's picture)
+        assert max(len(line) for line in app.ledger.text.splitlines()) \
+            <= app.ledger.content_region.width - 3
 
 
 @pytest.mark.parametrize("size", [(80, 24), (120, 40)])

@@ -98,7 +98,9 @@ class LedgerPane(Vertical):
     def _draw(self) -> None:
         if self.data is None:
             return
-        width = max(20, (self.content_region.width or self.size.width or 60) - 2)
+        # less the text's padding (2) and the scrollbar a short column brings (1): a line one
+        # column too wide wrapped ("2 × P ×" over "4…" beside the module table)
+        width = max(20, (self.content_region.width or self.size.width or 60) - 3)
         text = ledger_table_text(self.data, width, self.live)
         if text != self._text:
             self._text = text
