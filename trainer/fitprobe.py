@@ -7,7 +7,12 @@ answer.
 
 runs one point in a fresh process (`memtop fit --verify`): the prediction is for a fresh run,
 which holds one shape's caches, not the probe's. The budget is then the run's --max-memory, so a
-step over it on CPU is stopped by the memory guard (exit 3), not by the kernel.
+step over it on CPU is stopped by the memory guard (exit 3), not by the kernel; Ctrl-C / SIGTERM
+stop it at a step boundary (exit 130 / 143).
+
+Last, the probe measures its largest point once more (role "repeat", after other shapes ran:
+the heap's layout differs as a fresh run's would): how far two measurements of one size differ
+is the run-to-run noise the band includes (probes/analysis/fit.py).
 """
 
 from __future__ import annotations
@@ -34,9 +39,11 @@ from probes.analysis.fit import (
     model_size_problem,
 )
 from probes.analysis.fit_answer import answer, refine_points
+from probes.counters.host import RssReader
 from probes.instruments.ledger import Ledger
 from probes.monitor.monitor import Monitor
 from probes.monitor.scope import StepScope
+from probes.tools.units import format_bytes
 from trainer.config import TrainConfig
 from trainer.data import BatchSampler, load_corpus
 from trainer.fitmeter import MEASURED_STEPS, WARMUP_STEPS, PointMeter, default_budget
@@ -59,7 +66,8 @@ class FitProbe(Trainer):
 
     def __init__(self, config: TrainConfig, run_dir: Path, points: list[tuple[int, int]], *,
                  budget_bytes: int | None = None, headroom_pct: float = DEFAULT_HEADROOM_PCT,
-                 refine: bool = True, on_point: Callable[[FitProbe], None] | None = None,
+                 refine: bool = True, repeat: bool = True,
+                 on_point: Callable[[FitProbe], None] | None = None,
                  warmup: int = WARMUP_STEPS, steps: int = MEASURED_STEPS, **kw: Any) -> None:
         self.ledger = Ledger(every=10**12, min_gap_s=math.inf)
         super().__init__(config, run_dir, hooks=[self.ledger], **kw)
@@ -67,7 +75,7 @@ class FitProbe(Trainer):
         self.points: list[dict[str, Any]] = []
         self.budget_bytes = budget_bytes
         self.budget_source = "--memory" if budget_bytes is not None else ""
-        self.headroom_pct, self.refine = headroom_pct, refine
+        self.headroom_pct, self.refine, self.repeat = headroom_pct, refine, repeat
         self.on_point = on_point
         self.warmup, self.steps = warmup, steps
         self.refused: str | None = None
@@ -75,6 +83,9 @@ class FitProbe(Trainer):
         self.peak_source = ""
         self.amp = ""
         self.device_text = ""  # the device the probe ran on, once known
+        self.held_bytes: int | None = None  # the process with torch and the model, no step
+        self.session.recorder.add_to_config(mode="fit")  # a probe of several shapes, not a
+        # training run of config's B and T (the report and the header say so)
 
     def _train(self, mon: Monitor, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                scaler: torch.amp.GradScaler | None, batches: BatchSampler,
@@ -83,9 +94,11 @@ class FitProbe(Trainer):
         self.params = sum(p.numel() for p in model.parameters())
         if self.budget_bytes is None:
             self.budget_bytes, self.budget_source = default_budget(device)
+        self.held_bytes = held_bytes(device)
         if self.budget_bytes is not None:
-            self.refused = model_size_problem(self.budget_bytes, self.params,
-                                              f"the budget ({self.budget_source})")
+            what = f"the budget ({self.budget_source})"
+            self.refused = model_size_problem(self.budget_bytes, self.params, what) or \
+                held_problem(self.budget_bytes, self.held_bytes, device, what)
             if self.refused:
                 return
         model.train()
@@ -107,7 +120,8 @@ class FitProbe(Trainer):
                 budget = self.budget_bytes
                 if point["status"] == OK and budget is not None \
                         and point["peak_bytes"] > budget:
-                    point.update(status=OVER, reason="its measured peak is over the budget")
+                    point.update(status=OVER, reason=f"its peak {format_bytes(point['peak_bytes'])}"
+                                 f" is over the budget {format_bytes(budget)}")
                 self._record(mon, point)
                 if point["status"] != OK:
                     why = {OVER: "a smaller point was over the budget",
@@ -119,11 +133,19 @@ class FitProbe(Trainer):
                     return False
             return True
 
-        if run_points(self.plan, "probe") and self.refine:
+        done = run_points(self.plan, "probe")
+        if done and self.refine:
             for _ in range(REFINE_ROUNDS):  # each nearer the answer, while one is worth it
                 extra = self._refine_plan()
-                if not extra or not run_points(extra, "refine"):
+                if not extra:
                     break
+                done = run_points(extra, "refine")
+                if not done:
+                    break
+        ok = [p for p in self.points if p["status"] == OK]
+        if done and self.repeat and len(ok) >= 2:  # run-to-run noise (module docstring)
+            big = max(ok, key=lambda p: (p["batch_size"] * p["seq_len"], p["batch_size"]))
+            run_points([(big["batch_size"], big["seq_len"])], "repeat")
 
     def _refine_plan(self) -> list[tuple[int, int]]:
         """Points between the probe and its answer (probes/analysis/fit_answer.py
@@ -157,6 +179,27 @@ class FitProbe(Trainer):
             self.on_point(self)
 
 
+def held_bytes(device: torch.device) -> int | None:
+    """What the process holds with torch and the model loaded, before a step: CPU, its RSS;
+    CUDA, the allocator's reserved bytes."""
+    if device.type == "cuda":
+        return torch.cuda.memory_reserved(device)
+    rss = RssReader()
+    held = rss.read()
+    rss.close()
+    return held
+
+
+def held_problem(budget: int, held: int | None, device: torch.device, what: str) -> str | None:
+    """A CPU budget at or below what the process already holds (`memtop train --max-memory`'s
+    rule, tui/commands/train.py held_problem, here with the model loaded too)."""
+    if device.type == "cuda" or held is None or held < budget:
+        return None
+    return (f"{what} {format_bytes(budget)} is below what this process already holds (RSS "
+            f"{format_bytes(held)} with torch and the model loaded): give a budget above the "
+            "run's own size")
+
+
 def main(argv: list[str] | None = None) -> int:
     """One verification point in a fresh process (`memtop fit --verify`)."""
     parser = argparse.ArgumentParser(prog="python -m trainer.fitprobe",
@@ -179,11 +222,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"memtop fitprobe: {exc}", file=sys.stderr)
         return 2
     probe = FitProbe(config, Path(args.run_folder), points, budget_bytes=args.budget,
-                     steps=args.steps, refine=False, listen=False)
-    _stop_on_signals(probe.control)
+                     steps=args.steps, refine=False, repeat=False, listen=False)
+    received = _stop_on_signals(probe.control)
     probe.start()
     while not probe.join(timeout=0.2):
         pass
+    if received:  # stopped by a signal: 130 / 143, as every memtop command
+        return 128 + int(received[0])
     return 1 if probe.exit_code is None else probe.exit_code
 
 

@@ -18,10 +18,14 @@ peak is split into parts (PARTS: what each is, per device), every part a measure
   (about half, measured at 4-8× past the probe) it extrapolates with them.
 
 The prediction is their sum; residuals are measured minus predicted peak at the probe points.
-The band (±) within the probe is the larger of the residuals and each point's step-to-step
-spread (over GOOD_FIT the fit is poor); past the probe it grows by the error of predicting the
-largest point from the others (leave-one-out: how the fit extrapolates, measured) per doubling
-of B·T (band_at). Where the band passes GOOD_FIT the answer is a range, not one number.
+The band (±) within the probe is the largest of the residuals, each point's step-to-step
+spread and the run-to-run noise: how far two measurements of one size differ (the probe
+measures its largest point twice, trainer/fitprobe.py; the two measured steps of a point see
+one heap layout, a fresh run another: memtop's default CPU model, amp off, at B = 24 measured
+619-635 MiB in five fresh processes, each point's two steps within 0.4%). Over GOOD_FIT the
+fit is poor. Past the probe the band grows by the error of predicting the largest point from
+the others (leave-one-out: how the fit extrapolates, measured) per doubling of B·T (band_at).
+Where the band passes GOOD_FIT the answer is a range, not one number.
 
 No torch: readers (`memtop report`, `compare`) load fit.json through this module.
 """
@@ -198,17 +202,30 @@ def fit_points(points: Sequence[dict[str, Any]], device: str = "cpu") -> dict[st
     first = _rest_sum(pts[0], specs)
     fit["rest_drift_bytes"] = max(_rest_sum(p, specs) - first for p in pts)
     fit["spread"] = max((p.get("spread") or 0.0) for p in pts)
+    fit["repeat"] = repeat_noise(pts)
     fit["extrapolation_error"], fit["extrapolation_ratio"] = _leave_largest_out(
         pts, device, quadratic)
     fit["largest_footprint"] = max(p["batch_size"] * p["seq_len"] for p in pts)
     worst = max((abs(r["peak"]) for r in fit["residuals"]), default=0.0)
     fit["max_residual"] = worst
-    fit["band"] = max(worst, fit["spread"])  # within the probe's sizes
+    fit["band"] = max(worst, fit["spread"], fit["repeat"] or 0.0)  # within the probe's sizes
     fit["poor"] = fit["band"] > GOOD_FIT
     loo, ratio = fit["extrapolation_error"], fit["extrapolation_ratio"]
     fit["per_doubling"] = (abs(loo) / math.log2(ratio)
                            if loo is not None and ratio and ratio > 1 else None)
     return fit
+
+
+def repeat_noise(pts: Sequence[dict[str, Any]]) -> float | None:
+    """The largest relative difference between measurements of one size (max − min over
+    max of their peaks); None when no size was measured twice."""
+    by_size: dict[tuple[int, int], list[float]] = {}
+    for p in pts:
+        if p.get("peak_bytes"):
+            by_size.setdefault((p["batch_size"], p["seq_len"]), []).append(
+                float(p["peak_bytes"]))
+    diffs = [(max(v) - min(v)) / max(v) for v in by_size.values() if len(v) > 1]
+    return max(diffs) if diffs else None
 
 
 def band_at(fit: dict[str, Any], b: float, t: float) -> float:
@@ -283,10 +300,11 @@ def _leave_largest_out(pts: list[dict[str, Any]], device: str,
     """(relative error, B·T ratio): the largest point's peak predicted from the others, and
     how far past them it is (None, None when the others cannot make a fit): the fit's own
     extrapolation, measured."""
-    if len(pts) < 3:
-        return None, None
     largest = max(pts, key=lambda p: (p["batch_size"] * p["seq_len"], p["batch_size"]))
-    rest = [p for p in pts if p is not largest]
+    size = (largest["batch_size"], largest["seq_len"])
+    rest = [p for p in pts if (p["batch_size"], p["seq_len"]) != size]  # its repeat too
+    if len(rest) < 2:
+        return None, None
     try:
         sub = {"parts": _fit_parts(rest, parts_for(device), quadratic), "quadratic": quadratic}
     except FitError:
