@@ -9,10 +9,9 @@ runs one point in a fresh process (`memtop fit --verify`): the prediction is for
 which holds one shape's caches, not the probe's. The budget is then the run's --max-memory, so a
 step over it on CPU is stopped by the memory guard (exit 3), not by the kernel; Ctrl-C / SIGTERM
 stop it at a step boundary (exit 130 / 143).
-
-Last, the probe measures its largest point once more (role "repeat", after other shapes ran:
-the heap's layout differs as a fresh run's would): how far two measurements of one size differ
-is the run-to-run noise the band includes (probes/analysis/fit.py).
+`memtop fit` runs one such process at the probe's largest point too (role "fresh"): how far
+a fresh process lies from the prediction is the run-to-run noise the band includes
+(probes/analysis/fit.py).
 """
 
 from __future__ import annotations
@@ -66,16 +65,16 @@ class FitProbe(Trainer):
 
     def __init__(self, config: TrainConfig, run_dir: Path, points: list[tuple[int, int]], *,
                  budget_bytes: int | None = None, headroom_pct: float = DEFAULT_HEADROOM_PCT,
-                 refine: bool = True, repeat: bool = True,
-                 on_point: Callable[[FitProbe], None] | None = None,
-                 warmup: int = WARMUP_STEPS, steps: int = MEASURED_STEPS, **kw: Any) -> None:
+                 refine: bool = True, on_point: Callable[[FitProbe], None] | None = None,
+                 warmup: int = WARMUP_STEPS, steps: int = MEASURED_STEPS, role: str = "probe",
+                 **kw: Any) -> None:
         self.ledger = Ledger(every=10**12, min_gap_s=math.inf)
         super().__init__(config, run_dir, hooks=[self.ledger], **kw)
         self.plan = list(points)
         self.points: list[dict[str, Any]] = []
         self.budget_bytes = budget_bytes
         self.budget_source = "--memory" if budget_bytes is not None else ""
-        self.headroom_pct, self.refine, self.repeat = headroom_pct, refine, repeat
+        self.headroom_pct, self.refine, self.role = headroom_pct, refine, role
         self.on_point = on_point
         self.warmup, self.steps = warmup, steps
         self.refused: str | None = None
@@ -133,19 +132,11 @@ class FitProbe(Trainer):
                     return False
             return True
 
-        done = run_points(self.plan, "probe")
-        if done and self.refine:
+        if run_points(self.plan, self.role) and self.refine:
             for _ in range(REFINE_ROUNDS):  # each nearer the answer, while one is worth it
                 extra = self._refine_plan()
-                if not extra:
+                if not extra or not run_points(extra, "refine"):
                     break
-                done = run_points(extra, "refine")
-                if not done:
-                    break
-        ok = [p for p in self.points if p["status"] == OK]
-        if done and self.repeat and len(ok) >= 2:  # run-to-run noise (module docstring)
-            big = max(ok, key=lambda p: (p["batch_size"] * p["seq_len"], p["batch_size"]))
-            run_points([(big["batch_size"], big["seq_len"])], "repeat")
 
     def _refine_plan(self) -> list[tuple[int, int]]:
         """Points between the probe and its answer (probes/analysis/fit_answer.py
@@ -211,6 +202,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget", type=int, default=None, help="bytes; the memory guard's "
                                                                   "limit too")
     parser.add_argument("--steps", type=int, default=MEASURED_STEPS + 1)
+    parser.add_argument("--role", default="verify", help="the fit_point's role (fresh: the "
+                                                         "probe's run-to-run point)")
     args = parser.parse_args(argv)
     from trainer.rank import _stop_on_signals, die_with_parent
 
@@ -222,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"memtop fitprobe: {exc}", file=sys.stderr)
         return 2
     probe = FitProbe(config, Path(args.run_folder), points, budget_bytes=args.budget,
-                     steps=args.steps, refine=False, repeat=False, listen=False)
+                     steps=args.steps, refine=False, role=args.role, listen=False)
     received = _stop_on_signals(probe.control)
     probe.start()
     while not probe.join(timeout=0.2):

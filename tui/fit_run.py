@@ -21,11 +21,12 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from probes import records as R
-from probes.analysis.fit import GUARD, INTERRUPTED, OK, OOM, OVER
+from probes.analysis.fit import FAILED, FRESH, GUARD, INTERRUPTED, OK, OOM, OVER
 from probes.analysis.fit_file import fit_document, verification, write_fit
 from probes.analysis.fit_text import fit_lines
 from probes.control.requests import RunControl
 from probes.records import Event, Record
+from probes.records.event_text import fit_point_text
 from probes.runfolder import read_rows
 from trainer.config import TrainConfig
 from trainer.exit_codes import (
@@ -53,12 +54,13 @@ class FitPlan:
     verify: bool = False
     command: str = ""
     meta: dict[str, Any] = field(default_factory=dict)  # filled as the probe learns it
+    fresh: list[dict[str, Any]] = field(default_factory=list)  # the run-to-run point
 
 
 class PointPrinter:
     """A sink: one line per probe point as it is measured (fit_point's own sentence), counted
     by its role: "point 3/5" for the planned probe, "refine 1" for the points the probe adds
-    nearer a far answer, "repeat" for the largest point measured again."""
+    nearer a far answer (how many depends on the answer)."""
 
     def __init__(self, total: int, out: TextIO) -> None:
         self.total, self.out = total, out
@@ -79,7 +81,8 @@ def run_fit(plan: FitPlan, out: TextIO | None = None) -> int:
 
     refine = REFINE_ROUNDS * (2 if plan.vary == "both" else 1)  # one a round per axis varied
     say(out, f"memtop: fit folder {plan.run_dir} ({len(plan.points)} probe points; then up to "
-             f"{refine} refine points nearer the answer and the largest once more)")
+             f"{refine} refine points nearer the answer, and the largest again in a fresh "
+             "process)")
 
     control = RunControl()
     received: list[int] = []
@@ -102,6 +105,11 @@ def run_fit(plan: FitPlan, out: TextIO | None = None) -> int:
             "finished" if probe.exit_code == 0 else "failed")
         doc = _document(plan, probe, state)
         write_fit(plan.run_dir, doc)
+        if state == "finished" and doc.get("fit"):  # the band's run-to-run part, measured
+            plan.fresh.append(_fresh(plan, probe, doc, received, out))
+            state = "interrupted" if received else state
+            doc = _document(plan, probe, state)
+            write_fit(plan.run_dir, doc)
         if plan.verify and state == "finished" and doc.get("answer"):
             doc["verification"] = _verify(plan, probe, doc, received, out)
             if received:
@@ -156,7 +164,28 @@ def _document(plan: FitPlan, probe: Any, state: str) -> dict[str, Any]:
             "held_bytes": probe.held_bytes,
             "planned_points": [list(p) for p in plan.points],
             "error": probe.status.error if state == "failed" else None}
-    return fit_document(meta, list(probe.points), state)
+    return fit_document(meta, [*probe.points, *plan.fresh], state)
+
+
+# ---- fresh processes: the run-to-run point and --verify ----------------------------------------
+def _fresh(plan: FitPlan, probe: Any, doc: dict[str, Any], received: list[int],
+           out: TextIO) -> dict[str, Any]:
+    """The probe's largest point once more in a fresh process (role FRESH): how far it lies
+    from the prediction is the run-to-run part of the band (probes/analysis/fit.py)."""
+    ok = [p for p in probe.points if p.get("status") == OK]
+    big = max(ok, key=lambda p: (p["batch_size"] * p["seq_len"], p["batch_size"]))
+    b, t = big["batch_size"], big["seq_len"]
+    folder = plan.run_dir / "fresh" / f"b{b}-t{t}"
+    say(out, f"fresh    B={b} T={t} again in a fresh process (run to run; {folder.name})")
+    code = _run_child(plan, probe, folder, b, t, doc["budget_bytes"], received, FRESH,
+                      probe.steps)
+    point = _child_point(folder) or {"batch_size": b, "seq_len": t, "status": FAILED,
+                                     "reason": f"its process exited {code} before a point"}
+    if received and point.get("status") != OK:
+        point.update(status=INTERRUPTED, reason=point.get("reason") or "interrupted")
+    point["role"] = FRESH
+    say(out, f"fresh    {fit_point_text(point)}")
+    return point
 
 
 # ---- --verify ---------------------------------------------------------------------------------
@@ -183,7 +212,8 @@ def _verify(plan: FitPlan, probe: Any, doc: dict[str, Any], received: list[int],
             break
         folder = plan.run_dir / "verify" / f"b{b}-t{t}"
         say(out, f"verify: {what} B={b} T={t} in a fresh process ({folder.name})")
-        code = _run_child(plan, probe, folder, b, t, doc["budget_bytes"], received)
+        code = _run_child(plan, probe, folder, b, t, doc["budget_bytes"], received, "verify",
+                          VERIFY_STEPS)
         point = _child_point(folder)
         if received and (point is None or point.get("status") != OK):  # stopped: unchecked
             point = dict(point or {"batch_size": b, "seq_len": t}, status=INTERRUPTED,
@@ -194,13 +224,13 @@ def _verify(plan: FitPlan, probe: Any, doc: dict[str, Any], received: list[int],
 
 
 def _run_child(plan: FitPlan, probe: Any, folder: Path, b: int, t: int, budget: int,
-               received: list[int]) -> int | None:
+               received: list[int], role: str, steps: int) -> int | None:
     cfg = replace(plan.config, batch_size=b, seq_len=t, max_memory_bytes=budget,
                   warmup_steps=probe.warmup, steps=0, save_weights=False)
     folder.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "trainer.fitprobe", "--run-folder", str(folder),
            "--config", json.dumps(cfg.to_json()), "--points", f"{b}x{t}",
-           "--budget", str(budget), "--steps", str(VERIFY_STEPS)]
+           "--budget", str(budget), "--steps", str(steps), "--role", role]
     env = dict(os.environ)
     root = str(Path(__file__).resolve().parents[1])  # this source tree first, as the parent
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")

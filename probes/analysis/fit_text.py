@@ -7,7 +7,7 @@ from __future__ import annotations
 import textwrap
 from typing import Any
 
-from probes.analysis.fit import GUARD, INTERRUPTED, OK, OOM, OVER
+from probes.analysis.fit import FRESH, GUARD, INTERRUPTED, OK, OOM, OVER
 from probes.records.names import counter_name
 from probes.tools.units import format_bytes, format_duration
 
@@ -61,15 +61,16 @@ def fit_lines(doc: dict[str, Any]) -> list[str]:
         return lines + _state(doc)
     lines += _wrap(_fit_line(doc), "", "  ")
     if fit.get("poor"):
-        lines += _wrap(f"the fit is poor (residuals or step-to-step spread up to "
-                       f"{fit['band']:.1%}, over 5%): ranges below, not one number")
+        lines += _wrap(f"the fit is poor (residuals, step-to-step spread and run to run: "
+                       f"±{fit['band']:.1%}, over 5%): ranges below, not one number")
     if fit.get("per_doubling"):
         lines += _wrap(f"past the probe the band grows {fit['per_doubling']:.1%} per doubling "
                        "of B·T (the largest point predicted from the others was "
                        f"{fit['extrapolation_error']:+.1%} off); over 5%: a range")
-    if fit.get("repeat"):
-        lines += _wrap(f"run to run: the same size measured twice differed by "
-                       f"{fit['repeat']:.1%} (in the band)")
+    for r in fit.get("fresh") or []:
+        lines += _wrap(f"run to run: a fresh process at B={r['batch_size']} T={r['seq_len']} "
+                       f"measured {format_bytes(r['measured_bytes'])}, {r['error']:+.1%} "
+                       "from the prediction (in the band)")
     if fit.get("rest_drift_bytes", 0) > 0.01 * (doc["points"][0].get("peak_bytes") or 1):
         lines += _wrap(f"the rest level grew {format_bytes(fit['rest_drift_bytes'])} over "
                        "the probe (kernels cached per shape): the table predicts each point "
@@ -95,7 +96,9 @@ def _budget(doc: dict[str, Any]) -> str:
 
 
 def _points(doc: dict[str, Any]) -> list[str]:
-    residuals = iter((doc.get("fit") or {}).get("residuals", []))  # one per ok point, in order
+    fit = doc.get("fit") or {}
+    residuals = iter(fit.get("residuals", []))  # one per fitted point, in order
+    fresh = iter(fit.get("fresh", []))  # the fresh process's, against the prediction
     pts = doc.get("points", [])
     steps = next((p.get("steps") for p in pts if p.get("steps")), None)
     secs = sum(p.get("seconds") or 0.0 for p in pts)
@@ -110,12 +113,14 @@ def _points(doc: dict[str, Any]) -> list[str]:
             said = OVER if peak and p["status"] == OVER else status_text(p)  # the peak says it
             out.append(f"{b:>6} {t:>6}{peak}  {said}"[:WIDTH])
             continue
-        r = next(residuals, None) if doc.get("fit") else None
+        is_fresh = p.get("role") == FRESH
+        r = next(fresh if is_fresh else residuals, None) if fit else None
         out.append(f"{b:>6} {t:>6} {format_bytes(p.get('peak_bytes')):>10} "
                    f"{format_bytes(r and r['predicted_bytes']):>10} "
-                   f"{_pct(r and r['peak']):>9} "
+                   f"{_pct(r and r['error' if is_fresh else 'peak']):>9} "
                    f"{format_bytes(p.get('counter_peak_bytes')):>10} "
-                   f"{format_bytes(r and r['counter_predicted_bytes']):>10}")
+                   f"{format_bytes(r and r['counter_predicted_bytes']):>10}"
+                   + ("  fresh" if is_fresh else ""))
     return out + [""]
 
 

@@ -312,7 +312,7 @@ def test_nothing_fits_is_said_with_what_the_smallest_point_needs():
         fit_lines(ran))
 
 
-def test_refine_and_repeat_points_are_not_counted_past_the_planned_total():
+def test_refine_points_are_not_counted_past_the_planned_total():
     import io
 
     from probes.records import Event
@@ -320,10 +320,10 @@ def test_refine_and_repeat_points_are_not_counted_past_the_planned_total():
 
     out = io.StringIO()
     printer = PointPrinter(2, out)
-    for i, role in enumerate(("probe", "probe", "refine", "refine", "repeat")):
+    for i, role in enumerate(("probe", "probe", "refine", "refine")):
         printer(Event("fit_point", i, 0.0, dict(cpu_point(1 + i, 128), role=role)))
     labels = [line.split("  ")[0] for line in out.getvalue().splitlines()]
-    assert labels == ["point 1/2", "point 2/2", "refine 1", "refine 2", "repeat"]
+    assert labels == ["point 1/2", "point 2/2", "refine 1", "refine 2"]
 
 
 def test_the_rest_levels_drift_is_a_whole_sentence_that_says_which_figure_is_which():
@@ -334,20 +334,26 @@ def test_the_rest_levels_drift_is_a_whole_sentence_that_says_which_figure_is_whi
            "first point's, as a fresh run holds one shape's caches" in text
 
 
-def test_run_to_run_noise_widens_the_band():
-    """The largest point measured twice, 3% apart (another heap layout, as a fresh run's):
-    the band holds that, and the leave-one-out error leaves both measurements out."""
+def test_a_fresh_process_point_widens_the_band_by_its_distance_from_the_prediction():
+    """The probe's largest point again in a fresh process, 3% over the prediction (another
+    process's rest level and heap): not fitted, predicted as an answer is; the band holds it,
+    and the screen shows it beside the probe's points."""
     pts = [cpu_point(b, t) for b, t in GRID]
-    again = dict(cpu_point(4, 128), role="repeat")
-    extra = again["peak_bytes"] * 0.03
-    again["peak_bytes"] += extra
-    again["parts"] = dict(again["parts"])
-    again["parts"]["backward and free heap"] += extra
-    fit = fit_points([*pts, again], "cpu")
-    assert fit["repeat"] == pytest.approx(0.03 / 1.03)
-    assert fit["band"] >= fit["repeat"] > fit["max_residual"]
-    assert fit["extrapolation_ratio"] == 2  # from B ≤ 2 at T=128 and the context points
-    assert fit_points(pts, "cpu")["repeat"] is None
+    fresh = dict(cpu_point(4, 128), role="fresh")
+    fresh["peak_bytes"] = round(fresh["peak_bytes"] * 1.03)
+    fit = fit_points([*pts, fresh], "cpu")
+    plain = fit_points(pts, "cpu")
+    assert fit["parts"] == plain["parts"] and fit["max_residual"] == plain["max_residual"]
+    assert fit["run_to_run"] == pytest.approx(0.03 / 1.03, rel=1e-6)
+    assert fit["band"] == pytest.approx(fit["run_to_run"]) and plain["run_to_run"] is None
+    # the fresh process's bytes grow with the step's part: far past the probe, a wider band
+    assert band_at(fit, 64, 128) > band_at(fit, 4, 128) >= fit["run_to_run"] * 0.99
+    assert band_at(plain, 64, 128) == band_at(plain, 4, 128) == 0.0
+    doc = fit_document(_meta(), [*pts, fresh], "finished")
+    lines = fit_lines(doc)
+    row = next(line for line in lines if line.endswith("  fresh"))
+    assert row.split()[:2] == ["4", "128"] and "+2.9%" in row
+    assert "run to run: a fresh process at B=4 T=128 measured" in " ".join(lines)
 
 
 def test_verify_agrees_only_within_the_stated_band():

@@ -41,7 +41,7 @@ def _probe(tiny_config, tmp_path, points, config=None, **kw):
 def test_each_points_parts_sum_to_its_peak_and_fit_json_follows_the_probe(tiny_config,
                                                                           tmp_path):
     grid = probe_grid(4, 16, "both")
-    probe, run_dir, written = _probe(tiny_config, tmp_path, grid, refine=False, repeat=False)
+    probe, run_dir, written = _probe(tiny_config, tmp_path, grid, refine=False)
     assert probe.exit_code == 0 and probe.refused is None
     assert [p["status"] for p in probe.points] == [OK] * len(grid)
     specs = {s.name: s for s in PARTS["cpu"]}
@@ -276,8 +276,8 @@ def test_a_budget_below_what_the_process_holds_is_refused_by_trains_rule(tiny_co
 
 
 def test_a_probe_run_folder_says_it_is_a_probe_not_one_shape(tiny_config, tmp_path):
-    """config.json says mode "fit"; the report shows the points it ran (the largest once
-    more), no one B/T, no step timing or finding mixed across shapes; the header no B/T."""
+    """config.json says mode "fit"; the report shows the points it ran, no one B/T, no step
+    timing or finding mixed across shapes; the header no B/T."""
     import json
 
     from probes.analysis.report.build import write_report
@@ -285,13 +285,12 @@ def test_a_probe_run_folder_says_it_is_a_probe_not_one_shape(tiny_config, tmp_pa
 
     grid = probe_grid(4, 16, "batch")
     probe, run_dir, _ = _probe(tiny_config, tmp_path, grid, refine=False)
-    assert [p.get("role") for p in probe.points] == ["probe"] * 3 + ["repeat"]
-    assert probe.points[-1]["batch_size"] == 4 and probe.points[-1]["status"] == OK
+    assert [p.get("role") for p in probe.points] == ["probe"] * 3
     config = json.loads((run_dir / "config.json").read_text())
     assert config["mode"] == "fit"
     assert header_shape(config, {}) == (None, None, "fit probe")
     md = write_report(run_dir).read_text()
-    assert "probe points B×T: 1×16, 2×16, 4×16, 4×16 (repeat)" in md
+    assert "probe points B×T: 1×16, 2×16, 4×16;" in md
     input_row = next(line for line in md.splitlines() if line.startswith("| input "))
     assert "tokens/step" not in md and "B=" not in input_row
     for section in ("## Results", "## Where the step went", "## Finding"):
