@@ -59,7 +59,11 @@ def test_a_whole_probe_prints_the_answer_and_writes_fit_json(tmp_path):
     report = (run / "report.md").read_text()
     assert "## Will it fit?" in report and "largest B at T=32" in report
     points = [e for e in read_jsonl(run / "metrics.jsonl") if e.get("event") == "fit_point"]
-    assert len(points) == len(doc["points"])
+    fresh = [p for p in doc["points"] if p.get("role") == "fresh"]  # its own process's folder
+    assert len(points) == len(doc["points"]) - 1 and len(fresh) == 1
+    b, t = fresh[0]["batch_size"], fresh[0]["seq_len"]
+    assert (run / "fresh" / f"b{b}-t{t}" / "metrics.jsonl").is_file()
+    assert doc["fit"]["run_to_run"] is not None and "run to run: a fresh process" in out
 
 
 @pytest.mark.slow

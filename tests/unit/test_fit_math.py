@@ -425,3 +425,5 @@ def test_compare_names_a_fit_runs_fields_and_says_why_one_has_no_answer(tmp_path
     no_answer = next(line for line in text.splitlines() if line.startswith("  - A: "))
     assert "no fit: 1 probe point(s) measured" in no_answer
     assert "n/a" not in no_answer and "today's size" not in no_answer
+    assert "- tokens/s: n/a: `memtop fit` probes run several shapes" in text
+    assert "Step split" not in text  # phases of several shapes: not compared

@@ -160,6 +160,8 @@ def load_run(path: str | Path) -> RunFigures:
 
 # ---- the rules ---------------------------------------------------------------------------------
 IGNORED_FIELDS = ("fit.points",)  # `memtop fit`'s planned grid: from B, T and fit.vary
+PROBE_SPEED = ("n/a: `memtop fit` probes run several shapes each (their refine points follow "
+               "the answer), so their step times are no one workload's")
 
 
 def _flat(variables: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -323,6 +325,9 @@ def compare_figures(a: RunFigures, b: RunFigures,
     }
     if a.fit or b.fit:  # `memtop fit` runs: their answers side by side
         out["fit"] = {"a": a.fit, "b": b.fit}
+    if a.kind == "fit probe":  # steps of several shapes each: no one workload's speed
+        out["tokens_per_s_verdict"] = out["step_ms_verdict"] = PROBE_SPEED
+        del out["phases"]
     if a.windows or b.windows:
         wa, wb = windows_summary(a.windows), windows_summary(b.windows)
         out["profiler"] = {"a": wa, "b": wb, "active_step_ms": median_ratio(
