@@ -242,8 +242,11 @@ def _verification(doc: dict[str, Any]) -> list[str]:
         if r["status"] == OK:
             what = (f"measured {format_bytes(seen)}, predicted "
                     f"{format_bytes(r['predicted_bytes'])} ({_pct(r['error'])})")
+            limit = (doc.get("answer") or {}).get("limit_bytes")
             if seen and seen > budget:
                 what += f", over the budget {format_bytes(budget)}"
+            elif seen and limit and seen > limit:  # the headroom is for later in a run
+                what += f", over the {format_bytes(limit)} headroom line"
         elif r["status"] == GUARD:
             what = (f"stopped by the memory guard at {r.get('guard_counter') or 'memory'} "
                     f"{format_bytes(seen)}, " + (

@@ -375,6 +375,11 @@ def test_verify_agrees_only_within_the_stated_band():
     assert f"under the budget, outside the band ±{band:.1%}" in text and ": agrees" not in text
     inside = dict(point, peak_bytes=round(point["peak_bytes"] * (1 + band / 2)))
     assert verification("largest B", inside, doc, True, 0, "v")["agrees"] is True
+    limit = doc["answer"]["limit_bytes"]
+    past = dict(point, peak_bytes=limit + MIB)  # under the budget, over its headroom line
+    doc["verification"] = [verification("largest B", past, doc, True, 0, "v")]
+    assert f"over the {format_bytes(limit)} headroom line" in " ".join(
+        line.strip() for line in fit_lines(doc))
 
 
 def test_an_interrupted_verification_is_not_checked():
