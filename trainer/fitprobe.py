@@ -7,7 +7,11 @@ answer.
 
 runs one point in a fresh process (`memtop fit --verify`): the prediction is for a fresh run,
 which holds one shape's caches, not the probe's. The budget is then the run's --max-memory, so a
-step over it on CPU is stopped by the memory guard (exit 3), not by the kernel.
+step over it on CPU is stopped by the memory guard (exit 3), not by the kernel; Ctrl-C / SIGTERM
+stop it at a step boundary (exit 130 / 143).
+`memtop fit` runs one such process at the probe's largest point too (role "fresh"): how far
+a fresh process lies from the prediction is the run-to-run noise the band includes
+(probes/analysis/fit.py).
 """
 
 from __future__ import annotations
@@ -34,9 +38,11 @@ from probes.analysis.fit import (
     model_size_problem,
 )
 from probes.analysis.fit_answer import answer, refine_points
+from probes.counters.host import RssReader
 from probes.instruments.ledger import Ledger
 from probes.monitor.monitor import Monitor
 from probes.monitor.scope import StepScope
+from probes.tools.units import format_bytes
 from trainer.config import TrainConfig
 from trainer.data import BatchSampler, load_corpus
 from trainer.fitmeter import MEASURED_STEPS, WARMUP_STEPS, PointMeter, default_budget
@@ -60,14 +66,15 @@ class FitProbe(Trainer):
     def __init__(self, config: TrainConfig, run_dir: Path, points: list[tuple[int, int]], *,
                  budget_bytes: int | None = None, headroom_pct: float = DEFAULT_HEADROOM_PCT,
                  refine: bool = True, on_point: Callable[[FitProbe], None] | None = None,
-                 warmup: int = WARMUP_STEPS, steps: int = MEASURED_STEPS, **kw: Any) -> None:
+                 warmup: int = WARMUP_STEPS, steps: int = MEASURED_STEPS, role: str = "probe",
+                 **kw: Any) -> None:
         self.ledger = Ledger(every=10**12, min_gap_s=math.inf)
         super().__init__(config, run_dir, hooks=[self.ledger], **kw)
         self.plan = list(points)
         self.points: list[dict[str, Any]] = []
         self.budget_bytes = budget_bytes
         self.budget_source = "--memory" if budget_bytes is not None else ""
-        self.headroom_pct, self.refine = headroom_pct, refine
+        self.headroom_pct, self.refine, self.role = headroom_pct, refine, role
         self.on_point = on_point
         self.warmup, self.steps = warmup, steps
         self.refused: str | None = None
@@ -75,6 +82,9 @@ class FitProbe(Trainer):
         self.peak_source = ""
         self.amp = ""
         self.device_text = ""  # the device the probe ran on, once known
+        self.held_bytes: int | None = None  # the process with torch and the model, no step
+        self.session.recorder.add_to_config(mode="fit")  # a probe of several shapes, not a
+        # training run of config's B and T (the report and the header say so)
 
     def _train(self, mon: Monitor, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                scaler: torch.amp.GradScaler | None, batches: BatchSampler,
@@ -83,9 +93,11 @@ class FitProbe(Trainer):
         self.params = sum(p.numel() for p in model.parameters())
         if self.budget_bytes is None:
             self.budget_bytes, self.budget_source = default_budget(device)
+        self.held_bytes = held_bytes(device)
         if self.budget_bytes is not None:
-            self.refused = model_size_problem(self.budget_bytes, self.params,
-                                              f"the budget ({self.budget_source})")
+            what = f"the budget ({self.budget_source})"
+            self.refused = model_size_problem(self.budget_bytes, self.params, what) or \
+                held_problem(self.budget_bytes, self.held_bytes, device, what)
             if self.refused:
                 return
         model.train()
@@ -107,7 +119,8 @@ class FitProbe(Trainer):
                 budget = self.budget_bytes
                 if point["status"] == OK and budget is not None \
                         and point["peak_bytes"] > budget:
-                    point.update(status=OVER, reason="its measured peak is over the budget")
+                    point.update(status=OVER, reason=f"its peak {format_bytes(point['peak_bytes'])}"
+                                 f" is over the budget {format_bytes(budget)}")
                 self._record(mon, point)
                 if point["status"] != OK:
                     why = {OVER: "a smaller point was over the budget",
@@ -119,7 +132,7 @@ class FitProbe(Trainer):
                     return False
             return True
 
-        if run_points(self.plan, "probe") and self.refine:
+        if run_points(self.plan, self.role) and self.refine:
             for _ in range(REFINE_ROUNDS):  # each nearer the answer, while one is worth it
                 extra = self._refine_plan()
                 if not extra or not run_points(extra, "refine"):
@@ -157,6 +170,27 @@ class FitProbe(Trainer):
             self.on_point(self)
 
 
+def held_bytes(device: torch.device) -> int | None:
+    """What the process holds with torch and the model loaded, before a step: CPU, its RSS;
+    CUDA, the allocator's reserved bytes."""
+    if device.type == "cuda":
+        return torch.cuda.memory_reserved(device)
+    rss = RssReader()
+    held = rss.read()
+    rss.close()
+    return held
+
+
+def held_problem(budget: int, held: int | None, device: torch.device, what: str) -> str | None:
+    """A CPU budget at or below what the process already holds (`memtop train --max-memory`'s
+    rule, tui/commands/train.py held_problem, here with the model loaded too)."""
+    if device.type == "cuda" or held is None or held < budget:
+        return None
+    return (f"{what} {format_bytes(budget)} is below what this process already holds (RSS "
+            f"{format_bytes(held)} with torch and the model loaded): give a budget above the "
+            "run's own size")
+
+
 def main(argv: list[str] | None = None) -> int:
     """One verification point in a fresh process (`memtop fit --verify`)."""
     parser = argparse.ArgumentParser(prog="python -m trainer.fitprobe",
@@ -168,6 +202,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget", type=int, default=None, help="bytes; the memory guard's "
                                                                   "limit too")
     parser.add_argument("--steps", type=int, default=MEASURED_STEPS + 1)
+    parser.add_argument("--role", default="verify", help="the fit_point's role (fresh: the "
+                                                         "probe's run-to-run point)")
     args = parser.parse_args(argv)
     from trainer.rank import _stop_on_signals, die_with_parent
 
@@ -179,11 +215,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"memtop fitprobe: {exc}", file=sys.stderr)
         return 2
     probe = FitProbe(config, Path(args.run_folder), points, budget_bytes=args.budget,
-                     steps=args.steps, refine=False, listen=False)
-    _stop_on_signals(probe.control)
+                     steps=args.steps, refine=False, role=args.role, listen=False)
+    received = _stop_on_signals(probe.control)
     probe.start()
     while not probe.join(timeout=0.2):
         pass
+    if received:  # stopped by a signal: 130 / 143, as every memtop command
+        return 128 + int(received[0])
     return 1 if probe.exit_code is None else probe.exit_code
 
 

@@ -91,12 +91,13 @@ def main(argv: list[str] | None = None) -> int:
     return code
 
 
-def _stop_on_signals(control: object) -> None:
+def _stop_on_signals(control: object) -> list[int]:
     """SIGTERM/SIGINT (torchrun's agent ending the workers): stop at the next boundary; a
-    second one leaves at once (every finished row is on disk)."""
-    if threading.current_thread() is not threading.main_thread():
-        return
+    second one leaves at once (every finished row is on disk). Returns the signals received
+    (filled as they come; empty off the main thread, where none can be handled)."""
     seen: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        return seen
 
     def handler(signum: int, _frame: object) -> None:
         seen.append(signum)
@@ -106,6 +107,7 @@ def _stop_on_signals(control: object) -> None:
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, handler)
+    return seen
 
 
 if __name__ == "__main__":

@@ -21,13 +21,22 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from probes import records as R
+from probes.analysis.fit import FAILED, FRESH, GUARD, INTERRUPTED, OK, OOM, OVER
 from probes.analysis.fit_file import fit_document, verification, write_fit
 from probes.analysis.fit_text import fit_lines
 from probes.control.requests import RunControl
 from probes.records import Event, Record
+from probes.records.event_text import fit_point_text
 from probes.runfolder import read_rows
 from trainer.config import TrainConfig
-from trainer.exit_codes import EXIT_FAILED, EXIT_SIGHUP, EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE
+from trainer.exit_codes import (
+    EXIT_FAILED,
+    EXIT_MEMORY_GUARD,
+    EXIT_SIGHUP,
+    EXIT_SIGINT,
+    EXIT_SIGTERM,
+    EXIT_USAGE,
+)
 from tui.output import say
 
 VERIFY_STEPS = 3  # measured steps of each verification run, after the probe's warm-up
@@ -45,24 +54,35 @@ class FitPlan:
     verify: bool = False
     command: str = ""
     meta: dict[str, Any] = field(default_factory=dict)  # filled as the probe learns it
+    fresh: list[dict[str, Any]] = field(default_factory=list)  # the run-to-run point
 
 
 class PointPrinter:
-    """A sink: one line per probe point as it is measured (fit_point's own sentence)."""
+    """A sink: one line per probe point as it is measured (fit_point's own sentence), counted
+    by its role: "point 3/5" for the planned probe, "refine 1" for the points the probe adds
+    nearer a far answer (how many depends on the answer)."""
 
     def __init__(self, total: int, out: TextIO) -> None:
-        self.total, self.out, self.seen = total, out, 0
+        self.total, self.out = total, out
+        self.seen: dict[str, int] = {}
 
     def __call__(self, record: Record) -> None:
         if isinstance(record, Event) and record.event == R.FIT_POINT:
-            self.seen += 1
-            say(self.out, f"point {self.seen}/{self.total}  {record.summary()}")
+            role = str(record.data.get("role") or "probe")
+            n = self.seen[role] = self.seen.get(role, 0) + 1
+            label = {"probe": f"point {n}/{self.total}", "refine": f"refine {n}"}.get(role,
+                                                                                   role)
+            say(self.out, f"{label}  {record.summary()}")
 
 
 def run_fit(plan: FitPlan, out: TextIO | None = None) -> int:
     out = out or sys.stdout
-    say(out, f"memtop: fit folder {plan.run_dir} ({len(plan.points)} probe points)")
-    from trainer.fitprobe import FitProbe
+    from trainer.fitprobe import REFINE_ROUNDS, FitProbe
+
+    refine = REFINE_ROUNDS * (2 if plan.vary == "both" else 1)  # one a round per axis varied
+    say(out, f"memtop: fit folder {plan.run_dir} ({len(plan.points)} probe points; then up to "
+             f"{refine} refine points nearer the answer, and the largest again in a fresh "
+             "process)")
 
     control = RunControl()
     received: list[int] = []
@@ -85,6 +105,11 @@ def run_fit(plan: FitPlan, out: TextIO | None = None) -> int:
             "finished" if probe.exit_code == 0 else "failed")
         doc = _document(plan, probe, state)
         write_fit(plan.run_dir, doc)
+        if state == "finished" and doc.get("fit"):  # the band's run-to-run part, measured
+            plan.fresh.append(_fresh(plan, probe, doc, received, out))
+            state = "interrupted" if received else state
+            doc = _document(plan, probe, state)
+            write_fit(plan.run_dir, doc)
         if plan.verify and state == "finished" and doc.get("answer"):
             doc["verification"] = _verify(plan, probe, doc, received, out)
             if received:
@@ -106,7 +131,19 @@ def run_fit(plan: FitPlan, out: TextIO | None = None) -> int:
     if received:
         return {signal.SIGINT: EXIT_SIGINT, signal.SIGHUP: EXIT_SIGHUP}.get(received[0],
                                                                              EXIT_SIGTERM)
-    return EXIT_FAILED if state == "failed" else 0
+    return finished_code(doc)
+
+
+def finished_code(doc: dict[str, Any]) -> int:
+    """A probe that ran to its end: 0 with an answer; 3 when the budget left none (a point
+    measured over it, stopped by the guard, out of memory: nothing, or too little, fits);
+    1 when the probe failed or its points made no fit."""
+    if doc.get("state") == "failed":
+        return EXIT_FAILED
+    if doc.get("answer"):
+        return 0
+    stopped = any(p.get("status") in (OVER, GUARD, OOM) for p in doc.get("points") or [])
+    return EXIT_MEMORY_GUARD if stopped else EXIT_FAILED
 
 
 def _document(plan: FitPlan, probe: Any, state: str) -> dict[str, Any]:
@@ -124,9 +161,31 @@ def _document(plan: FitPlan, probe: Any, state: str) -> dict[str, Any]:
                           else "peak RSS"),
             "counter_peak_name": peak_name("allocated", device),
             "warmup_steps": probe.warmup, "measured_steps": probe.steps,
+            "held_bytes": probe.held_bytes,
             "planned_points": [list(p) for p in plan.points],
             "error": probe.status.error if state == "failed" else None}
-    return fit_document(meta, list(probe.points), state)
+    return fit_document(meta, [*probe.points, *plan.fresh], state)
+
+
+# ---- fresh processes: the run-to-run point and --verify ----------------------------------------
+def _fresh(plan: FitPlan, probe: Any, doc: dict[str, Any], received: list[int],
+           out: TextIO) -> dict[str, Any]:
+    """The probe's largest point once more in a fresh process (role FRESH): how far it lies
+    from the prediction is the run-to-run part of the band (probes/analysis/fit.py)."""
+    ok = [p for p in probe.points if p.get("status") == OK]
+    big = max(ok, key=lambda p: (p["batch_size"] * p["seq_len"], p["batch_size"]))
+    b, t = big["batch_size"], big["seq_len"]
+    folder = plan.run_dir / "fresh" / f"b{b}-t{t}"
+    say(out, f"fresh    B={b} T={t} again in a fresh process (run to run; {folder.name})")
+    code = _run_child(plan, probe, folder, b, t, doc["budget_bytes"], received, FRESH,
+                      probe.steps)
+    point = _child_point(folder) or {"batch_size": b, "seq_len": t, "status": FAILED,
+                                     "reason": f"its process exited {code} before a point"}
+    if received and point.get("status") != OK:
+        point.update(status=INTERRUPTED, reason=point.get("reason") or "interrupted")
+    point["role"] = FRESH
+    say(out, f"fresh    {fit_point_text(point)}")
+    return point
 
 
 # ---- --verify ---------------------------------------------------------------------------------
@@ -153,21 +212,25 @@ def _verify(plan: FitPlan, probe: Any, doc: dict[str, Any], received: list[int],
             break
         folder = plan.run_dir / "verify" / f"b{b}-t{t}"
         say(out, f"verify: {what} B={b} T={t} in a fresh process ({folder.name})")
-        code = _run_child(plan, probe, folder, b, t, doc["budget_bytes"], received)
+        code = _run_child(plan, probe, folder, b, t, doc["budget_bytes"], received, "verify",
+                          VERIFY_STEPS)
         point = _child_point(folder)
+        if received and (point is None or point.get("status") != OK):  # stopped: unchecked
+            point = dict(point or {"batch_size": b, "seq_len": t}, status=INTERRUPTED,
+                         reason=(point or {}).get("reason") or "interrupted")
         rows.append(verification(what, point, doc, fits, code,
                                  str(folder.relative_to(plan.run_dir))))
     return rows
 
 
 def _run_child(plan: FitPlan, probe: Any, folder: Path, b: int, t: int, budget: int,
-               received: list[int]) -> int | None:
+               received: list[int], role: str, steps: int) -> int | None:
     cfg = replace(plan.config, batch_size=b, seq_len=t, max_memory_bytes=budget,
                   warmup_steps=probe.warmup, steps=0, save_weights=False)
     folder.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "trainer.fitprobe", "--run-folder", str(folder),
            "--config", json.dumps(cfg.to_json()), "--points", f"{b}x{t}",
-           "--budget", str(budget), "--steps", str(VERIFY_STEPS)]
+           "--budget", str(budget), "--steps", str(steps), "--role", role]
     env = dict(os.environ)
     root = str(Path(__file__).resolve().parents[1])  # this source tree first, as the parent
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
@@ -176,16 +239,22 @@ def _run_child(plan: FitPlan, probe: Any, folder: Path, b: int, t: int, budget: 
                                 stdin=subprocess.DEVNULL, start_new_session=True, env=env)
         while True:
             try:
-                return proc.wait(timeout=0.2)
+                return _status(proc.wait(timeout=0.2))
             except subprocess.TimeoutExpired:
                 if received:  # stop it at its next step boundary, as the probe was
                     with contextlib.suppress(OSError):
                         proc.send_signal(signal.SIGINT)
                     try:
-                        return proc.wait(timeout=CHILD_STOP_WAIT_S)
+                        return _status(proc.wait(timeout=CHILD_STOP_WAIT_S))
                     except subprocess.TimeoutExpired:
                         proc.kill()
-                        return proc.wait()
+                        return _status(proc.wait())
+
+
+def _status(code: int) -> int:
+    """A child's exit status as a shell says it: killed by a signal (Ctrl-C before its
+    handler was set, during torch's import) is 128 + the signal, as memtop exits itself."""
+    return 128 - code if code < 0 else code
 
 
 def _child_point(folder: Path) -> dict[str, Any] | None:
@@ -201,8 +270,12 @@ def _child_point(folder: Path) -> dict[str, Any] | None:
     guard = next((e for e in rows.events if e.get("event") == R.MEMORY_GUARD), None)
     if guard is not None and point.get("peak_bytes") is None:  # stopped before a measured
         point["peak_bytes"] = guard.get("watched_bytes")  # step: what the guard saw
-    if guard is not None:
-        point["guard_counter"] = guard.get("counter")
+    if guard is not None:  # the guard stopped it, after its last measured step too (a point
+        point["guard_counter"] = guard.get("counter")  # whose peak passed the budget)
+        if point.get("status") in (OK, OVER):
+            point["status"] = GUARD
+            finished = next((e for e in rows.events if e.get("event") == R.RUN_FINISHED), {})
+            point["reason"] = finished.get("reason") or point.get("reason")
     return point
 
 

@@ -14,6 +14,19 @@ from tui.format_attribution import attribution_text
 from tui.format_panels import baseline_text
 
 
+def header_shape(config: dict[str, Any], started: dict[str, Any]) -> tuple[
+        int | None, int | None, str | None]:
+    """(B, T, switches) for the header: a training run's config B and T; an inference run's
+    prompt plus new tokens and its switches; `memtop fit`'s probe ran several shapes, so none
+    (its header says "fit probe")."""
+    if config.get("mode") == "infer":
+        seq = (config.get("prompt_len") or 0) + (config.get("new_tokens") or 0)
+        return config.get("batch_size"), seq, switches_text(started.get("switches"),
+                                                            short=True)
+    if config.get("mode") == "fit":
+        return None, None, "fit probe"
+    return config.get("batch_size"), config.get("seq_len"), None
+
 class StatusBars:
     """Mixed into MemtopApp (tui/app.py); uses its run state, source and key flags."""
 
@@ -37,11 +50,7 @@ class StatusBars:
         state = state_text(st.state, st.profile_phase, self.want_paused, self._quitting)
         if not self.source.in_process and not st.finished and not self.source.live:
             state = "not live"  # a followed run whose process answers no more (killed?)
-        batch, seq = self.config.get("batch_size"), self.config.get("seq_len")
-        switches = None
-        if self.is_infer:
-            seq = (self.config.get("prompt_len") or 0) + (self.config.get("new_tokens") or 0)
-            switches = switches_text((st.started or {}).get("switches"), short=True)
+        batch, seq, switches = header_shape(self.config, st.started or {})
         text = header_text(
             device_name=st.device_name, device_total=st.device_total_bytes, switches=switches,
             amp=st.amp or "…", amp_reason=(st.started or {}).get("amp_reason"), batch=batch,

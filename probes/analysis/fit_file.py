@@ -21,10 +21,12 @@ from probes.analysis.fit import (
     FIT_FILE,
     FIT_VERSION,
     GUARD,
+    INTERRUPTED,
     OK,
     OOM,
     OVER,
     FitError,
+    band_at,
     fit_points,
     predict,
 )
@@ -84,11 +86,15 @@ def read_fit(run_dir: str | Path) -> dict[str, Any] | None:
 
 def verification(what: str, point: dict[str, Any] | None, doc: dict[str, Any],
                  expect_fit: bool, exit_code: int | None, folder: str) -> dict[str, Any]:
-    """One --verify run beside its prediction: the measured peak, its error, and whether it
-    agrees (the largest size ran under the budget; the first size over it was measured over
-    it, stopped by the guard, or ran out of memory)."""
+    """One --verify run beside its prediction: the measured peak, its error, the band the
+    answer stated at that size, and ``agrees``: the largest size ran under the budget with
+    its measured peak within the band of the prediction (``verdict`` "agrees", "outside the
+    band" when it ran under the budget but off by more, "disagrees"); the first size over was
+    measured over the budget, stopped by the guard, or ran out of memory. An interrupted run
+    checked nothing: ``agrees`` None, verdict "not checked"."""
     b, t = (point or {}).get("batch_size"), (point or {}).get("seq_len")
-    pred = predict(doc["fit"], b, t) if doc.get("fit") and b and t else {}
+    fit = doc.get("fit")
+    pred = predict(fit, b, t) if fit and b and t else {}
     status = (point or {}).get("status", "failed")
     measured = (point or {}).get("peak_bytes")
     budget = doc.get("budget_bytes") or 0
@@ -99,6 +105,7 @@ def verification(what: str, point: dict[str, Any] | None, doc: dict[str, Any],
            "predicted_bytes": pred.get("peak_bytes"), "measured_bytes": measured,
            "counter_predicted_bytes": pred.get("counter_peak_bytes"),
            "counter_measured_bytes": (point or {}).get("counter_peak_bytes"),
+           "band": band_at(fit, b, t) if pred else None,
            "error": None, "counter_error": None,
            "guard_counter": (point or {}).get("guard_counter")}
     if measured and pred.get("peak_bytes") and status == OK:  # as the residuals: measured
@@ -106,7 +113,18 @@ def verification(what: str, point: dict[str, Any] | None, doc: dict[str, Any],
     counter = row["counter_measured_bytes"]
     if counter and pred.get("counter_peak_bytes") and status == OK:
         row["counter_error"] = (counter - pred["counter_peak_bytes"]) / counter
-    row["agrees"] = (status == OK and not over) if expect_fit else over
+    if status == INTERRUPTED:
+        row["agrees"], row["verdict"] = None, "not checked"
+    elif expect_fit:
+        under = status == OK and not over
+        within = row["error"] is not None and row["band"] is not None \
+            and abs(row["error"]) <= row["band"]
+        row["agrees"] = under and within
+        row["verdict"] = "agrees" if row["agrees"] else (
+            "outside the band" if under else "disagrees")
+    else:
+        row["agrees"] = over
+        row["verdict"] = "agrees" if over else "disagrees"
     return row
 
 
@@ -126,4 +144,14 @@ def fit_summary(run_dir: str | Path) -> dict[str, Any] | None:
             "largest_batch": (ans.get("batch") or {}).get("largest"),
             "largest_seq": (ans.get("context") or {}).get("largest"),
             "today_peak_bytes": (ans.get("today") or {}).get("peak_bytes"),
-            "band": (doc.get("fit") or {}).get("band"), "fit_error": doc.get("fit_error")}
+            "band": (doc.get("fit") or {}).get("band"), "fit_error": doc.get("fit_error"),
+            "no_answer": no_answer_text(doc)}
+
+
+def no_answer_text(doc: dict[str, Any]) -> str | None:
+    """Why a fit.json holds no answer, in one phrase (the screen's words); None with one."""
+    if doc.get("answer"):
+        return None
+    from probes.analysis.fit_text import no_fit_text
+
+    return no_fit_text(doc)

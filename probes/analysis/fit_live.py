@@ -103,6 +103,7 @@ def live_fit(ledger: Mapping[str, Any], peaks: Sequence[int],
                            "largest_batch": batch(limit), "batch_low": batch(limit / (1 + band)),
                            "batch_high": batch(limit / (1 - band)) if band < 1 else None,
                            "largest_seq": None, "capped_by_context": False,
+                           "limit_bytes": int(limit), "today_over": peak > limit,
                            "world_size": ledger.get("world_size") or 1}
     if t0:
         grown = (ledger.get("allocated_bytes") or 0) - (used or 0)  # by the end of forward
@@ -120,7 +121,8 @@ def live_fit(ledger: Mapping[str, Any], peaks: Sequence[int],
 
 
 def live_line(live: Mapping[str, Any] | None) -> str | None:
-    """"fits B ≤ 26, T ≤ 128 on this device (±0.4%)" (per rank under DDP)."""
+    """"fits B ≤ 26, T ≤ 128 on this device (±0.4%)" (per rank under DDP); where the run's
+    own size is past the budget less its headroom, "; B=16 T=128 is over the 10% headroom"."""
     if not live:
         return None
     b = live["largest_batch"]
@@ -131,7 +133,12 @@ def live_line(live: Mapping[str, Any] | None) -> str | None:
         parts.append(f"T ≤ {live['largest_seq']}"
                      + (" (the context)" if live.get("capped_by_context") else ""))
     where = "per rank" if (live.get("world_size") or 1) > 1 else "on this device"
-    return f"fits {', '.join(parts)} {where} (±{live['band']:.1%})"
+    line = f"fits {', '.join(parts)} {where} (±{live['band']:.1%})"
+    if live.get("today_over"):  # the run itself is past the line it answers under
+        shape = f"B={live['batch_size']}" + (f" T={live['seq_len']}" if live.get("seq_len")
+                                             else "")
+        line += f"; {shape} is over the {live['headroom_pct']:g}% headroom"
+    return line
 
 
 def steady_peaks(ledger: Mapping[str, Any], rows: Sequence[Any]) -> list[int]:

@@ -158,7 +158,10 @@ def fit_point_text(d: Mapping[str, Any]) -> str:
     where = f"B={d.get('batch_size')} T={d.get('seq_len')}"
     status = d.get("status")
     if status != "ok":
-        return f"{where}: {status}" + (f" ({d['reason']})" if d.get("reason") else "")
+        reason = str(d.get("reason") or "")
+        if reason.startswith(str(status)):  # "interrupted (SIGINT)" says its status already
+            return f"{where}: {reason}"
+        return f"{where}: {status}" + (f" ({reason})" if reason else "")
     spread = finite_num(d.get("spread"))
     return (f"{where}: peak {format_bytes(d.get('peak_bytes'))}"
             + (f" ±{spread:.1%}" if spread else "")

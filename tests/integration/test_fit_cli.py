@@ -21,6 +21,7 @@ TINY_FIT = ("--device", "cpu", "--amp", "off", "--layers", "1", "--heads", "2", 
 
 @pytest.mark.parametrize("args, says", [
     (("--memory", "1KiB"), "below the model's own size"),
+    (("--memory", "100MiB"), "(RSS"),  # train's --max-memory rule: RSS with torch loaded
     (("--seq-len", "512", "--block-size", "256"), "--seq-len 512 is above the block size 256"),
     (("--headroom", "100"), "not a percentage from 0 up to 100"),
     (("--vary", "context", "--seq-len", "2", "--block-size", "8"), "--seq-len of at least 4"),
@@ -58,7 +59,11 @@ def test_a_whole_probe_prints_the_answer_and_writes_fit_json(tmp_path):
     report = (run / "report.md").read_text()
     assert "## Will it fit?" in report and "largest B at T=32" in report
     points = [e for e in read_jsonl(run / "metrics.jsonl") if e.get("event") == "fit_point"]
-    assert len(points) == len(doc["points"])
+    fresh = [p for p in doc["points"] if p.get("role") == "fresh"]  # its own process's folder
+    assert len(points) == len(doc["points"]) - 1 and len(fresh) == 1
+    b, t = fresh[0]["batch_size"], fresh[0]["seq_len"]
+    assert (run / "fresh" / f"b{b}-t{t}" / "metrics.jsonl").is_file()
+    assert doc["fit"]["run_to_run"] is not None and "run to run: a fresh process" in out
 
 
 @pytest.mark.slow
@@ -117,9 +122,12 @@ def test_verify_runs_the_largest_size_under_the_budget_and_the_next_over_it(tmp_
     rows = {r["what"]: r for r in doc["verification"]}
     largest, over = rows["largest B"], rows["first B over"]
     assert largest["status"] == OK and largest["measured_bytes"] <= budget, largest
-    assert largest["agrees"] and abs(largest["error"]) < 0.10
+    assert abs(largest["error"]) < 0.10  # issue 41: --verify measures them within 10%
+    # under the budget: "agrees" where within the band the answer stated, else said so
+    assert largest["verdict"] == ("agrees" if abs(largest["error"]) <= largest["band"]
+                                  else "outside the band"), largest
     assert over["agrees"], over
-    assert "verify" in done.stdout and "agrees" in done.stdout
+    assert "verify" in done.stdout and largest["verdict"].split()[0] in done.stdout
 
 
 @pytest.mark.slow
@@ -155,3 +163,32 @@ def test_the_live_line_of_a_run_agrees_with_memtop_fit_within_its_band(tmp_path)
 
     assert at(limit / (1 + band)) - 1 <= best["largest"] <= at(limit / (1 - band)), (
         live, best, band)
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_verify_checks_nothing_and_keeps_the_childs_exit_status(tmp_path):
+    """Ctrl-C while a verification run is starting: that run is "not checked: interrupted"
+    (agrees null, neither agree nor disagree), its exit status the child's own (130), and
+    `memtop fit` exits 130."""
+    runs = tmp_path / "runs"
+    proc = start_cli("fit", *TINY_FIT, "--vary", "batch", "--memory", "4GiB", "--verify",
+                     "--run-dir", str(runs), stdout=subprocess.PIPE,
+                     stderr=subprocess.STDOUT, text=True)
+    try:
+        def child_started():
+            assert proc.poll() is None, proc.stdout.read()
+            return next(iter(runs.glob("*/verify/*.log")), None)
+
+        wait_until(child_started, "the first verification run", timeout_s=240, poll_s=0.02)
+        proc.send_signal(signal.SIGINT)
+        text, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, text
+    doc = read_fit(next(runs.iterdir()))
+    assert doc["state"] == "interrupted" and doc["answer"] is not None
+    row = doc["verification"][0]
+    assert row["agrees"] is None and row["status"] == INTERRUPTED, row
+    assert row["exit_code"] == 130, row
+    assert "not checked: interrupted" in text and "DISAGREES" not in text

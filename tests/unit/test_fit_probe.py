@@ -201,7 +201,6 @@ def test_a_guard_stop_mid_point_is_said_with_what_was_measured(tiny_config, tmp_
     limit = rss.read() + 1 * MIB  # below what the probe's steps add
     rss.close()
     probe, _, _ = _probe(tiny_config, tmp_path, [(256, 32)], refine=False,
-                         budget_bytes=limit,
                          config={"max_memory_bytes": limit, "warmup_steps": 2})
     assert probe.points and probe.points[0]["status"] == GUARD
     assert probe.exit_code == 3 and "memory guard" in probe.points[0]["reason"]
@@ -265,3 +264,66 @@ async def test_the_dashboards_ledger_pane_gains_the_live_line_as_rows_arrive(mak
             app.ring.push(make_sample(step, host_rss_bytes=558 * MIB))
         await wait_for(pilot, lambda: "fits B ≤ " in app.ledger.text, "the live line")
         assert app.ledger.live == live_line(live_fit(_ledger(), [558 * MIB] * 6))
+
+
+def test_a_budget_below_what_the_process_holds_is_refused_by_trains_rule(tiny_config,
+                                                                        tmp_path):
+    """Above the model's own size, below the RSS of the process with torch and the model:
+    refused before a point runs (`memtop train --max-memory`'s rule), not measured over."""
+    probe, _, _ = _probe(tiny_config, tmp_path, [(1, 16), (2, 16)], budget_bytes=64 * MIB)
+    assert probe.points == [] and "already holds (RSS" in probe.refused
+    assert probe.held_bytes > 64 * MIB
+
+
+def test_a_probe_run_folder_says_it_is_a_probe_not_one_shape(tiny_config, tmp_path):
+    """config.json says mode "fit"; the report shows the points it ran, no one B/T, no step
+    timing or finding mixed across shapes; the header no B/T."""
+    import json
+
+    from probes.analysis.report.build import write_report
+    from tui.status_bars import header_shape
+
+    grid = probe_grid(4, 16, "batch")
+    probe, run_dir, _ = _probe(tiny_config, tmp_path, grid, refine=False)
+    assert [p.get("role") for p in probe.points] == ["probe"] * 3
+    config = json.loads((run_dir / "config.json").read_text())
+    assert config["mode"] == "fit"
+    assert header_shape(config, {}) == (None, None, "fit probe")
+    md = write_report(run_dir).read_text()
+    assert "probe points B×T: 1×16, 2×16, 4×16;" in md
+    input_row = next(line for line in md.splitlines() if line.startswith("| input "))
+    assert "tokens/step" not in md and "B=" not in input_row
+    for section in ("## Results", "## Where the step went", "## Finding"):
+        assert section not in md
+    assert header_shape({"batch_size": 4, "seq_len": 16}, {}) == (4, 16, None)
+
+
+def test_the_live_line_says_when_todays_size_is_over_the_headroom_line():
+    rows = [{"step": s, "device": "cpu", "host_rss_bytes": 558 * MIB} for s in range(6, 12)]
+    live = live_fit(_ledger(budget_bytes=600 * MIB), [r["host_rss_bytes"] for r in rows])
+    assert live["largest_batch"] < 16 and live["today_over"]
+    assert live_line(live).endswith("; B=16 T=128 is over the 10% headroom")
+    roomy = live_fit(_ledger(), [558 * MIB] * 6)
+    assert not roomy["today_over"] and "headroom" not in live_line(roomy)
+
+
+def test_a_verify_run_the_guard_stopped_after_its_last_step_is_a_guard_stop(tmp_path):
+    """The guard tripped at the end of the run's last measured step (its peak over the
+    budget): the point is the guard's, with its counter, as the screen says."""
+    from probes import records as R
+    from probes.runfolder import RunRecorder
+    from tui.fit_run import _child_point
+
+    rec = RunRecorder(tmp_path, config={"mode": "fit"})
+    rec.emit(R.FIT_POINT, 5, {"batch_size": 32, "seq_len": 128, "status": "over budget",
+                              "reason": "its peak 706 MiB is over the budget 700 MiB",
+                              "peak_bytes": 740 * MIB})
+    rec.emit(R.MEMORY_GUARD, 5, {"counter": "host RSS", "watched_bytes": 706 * MIB,
+                                 "limit_bytes": 700 * MIB, "growth_bytes_per_step": MIB,
+                                 "passed": True})
+    rec.emit(R.RUN_FINISHED, 5, {"reason": "memory guard: host RSS at 706 MiB passed "
+                                           "--max-memory 700 MiB this step"})
+    rec.close()
+    point = _child_point(tmp_path)
+    assert point["status"] == GUARD and point["guard_counter"] == "host RSS"
+    assert point["peak_bytes"] == 740 * MIB and "memory guard" in point["reason"]

@@ -2,9 +2,11 @@
 parts from a short probe of measured steps and, with --verify, run to prove it (README "Will it
 fit?"; the math in probes/analysis/fit.py, the probe in trainer/fitprobe.py).
 
-Exit status: 0 done (sizes that do not fit are a result, not a failure); 1 the probe failed; 2
-bad input, before anything runs (a budget below the model's own size, a T over the model's
-context); 130 / 143 / 129 interrupted (fit.json keeps the points measured so far).
+Exit status: 0 an answer (sizes that do not fit are a result, not a failure); 1 the probe failed
+or its points made no fit; 2 bad input, before a step runs (a budget below the model's own size
+or below what the process holds with torch loaded, a T over the model's context); 3 the budget
+left no answer (the smallest point measured over it: nothing fits); 130 / 143 / 129 interrupted
+(fit.json keeps the points measured so far).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import shlex
 from probes.analysis.fit import DEFAULT_HEADROOM_PCT, VARY, model_size_problem
 from trainer.config import TrainConfig
 from tui.commands.argtypes import UsageError, option_default, size_arg, typed_options
-from tui.commands.train import add_model_options
+from tui.commands.train import add_model_options, held_problem
 
 
 def pct_arg(text: str) -> float:
@@ -67,24 +69,15 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
 
 
 def check_budget(config: TrainConfig, memory: int | None) -> None:
-    """A budget the model cannot fit in at all, refused before torch is imported
-    (ValueError); on CPU also one below what this process already holds."""
+    """A budget the model cannot fit in at all (ValueError, before torch is imported); on
+    CPU also one at or below what the process holds with torch loaded, by `memtop train
+    --max-memory`'s rule (tui/commands/train.py held_problem)."""
     if memory is None:
         return
-    from probes.counters.host import RssReader
-    from probes.tools.units import format_bytes
-
-    problem = model_size_problem(memory, config.param_count())
+    problem = model_size_problem(memory, config.param_count()) or held_problem(
+        config, memory, "--memory")
     if problem:
         raise ValueError(problem)
-    if config.device.strip().lower() == "cpu":
-        rss = RssReader()
-        held = rss.read()
-        rss.close()
-        if held is not None and memory <= held:
-            raise ValueError(f"--memory {format_bytes(memory)} is below what this process "
-                             f"already holds (RSS {format_bytes(held)} before torch and the "
-                             "model are loaded)")
 
 
 def command_text(args: argparse.Namespace, config: TrainConfig) -> str:

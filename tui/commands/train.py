@@ -165,30 +165,39 @@ def check_baseline(config: TrainConfig) -> None:
     config.baseline = str(Path(config.baseline).resolve())
 
 
-def check_max_memory(config: TrainConfig) -> None:
-    """On CPU, --max-memory watches this process's RSS: a limit it already passes before the
-    model is even built can never be met (ValueError). ``--device cpu`` is checked before
-    torch is imported; ``auto`` once it resolved to the CPU (torch then loaded: its RSS is the
-    run's too). On CUDA the limit is checked against the device's counters before the first
-    step (probes/monitor/guard.py)."""
+def held_problem(config: TrainConfig, limit: int | None, option: str) -> str | None:
+    """One rule for a memory limit on CPU (`memtop train --max-memory`, `memtop fit
+    --memory`): the process's RSS with torch loaded is what any run holds before its model,
+    so a limit at or below it can never be met (the sentence why; None when it can, or where
+    the limit is the device's: on CUDA it is checked against the device's counters before
+    the first step, probes/monitor/guard.py). Imports torch (``auto`` resolves the device with
+    it; on the CPU the run loads it anyway)."""
     from probes.counters.host import RssReader
     from probes.tools.units import format_bytes
 
-    limit = config.max_memory_bytes
     device = config.device.strip().lower()
     if limit is None or device not in ("cpu", "auto"):
-        return
-    if device == "auto" and config.torch_device.type != "cpu":  # imports torch
-        return
+        return None
+    import torch  # noqa: F401  (what every run holds before its model)
+
+    if device == "auto" and config.torch_device.type != "cpu":
+        return None
     rss = RssReader()
     held = rss.read()
     rss.close()
-    when = "before torch and the model are loaded" if device == "cpu" else \
-        "with torch loaded, before the model"
-    if held is not None and held >= limit:
-        raise ValueError(f"--max-memory {format_bytes(limit)} is below what this process "
-                         f"already holds (RSS {format_bytes(held)} {when}): give a limit "
-                         "above the run's own size")
+    if held is None or held < limit:
+        return None
+    return (f"{option} {format_bytes(limit)} is below what this process already holds "
+            f"(RSS {format_bytes(held)} with torch loaded, before the model): give a limit "
+            "above the run's own size")
+
+
+def check_max_memory(config: TrainConfig) -> None:
+    """--max-memory below what the process holds with torch loaded (held_problem):
+    ValueError."""
+    problem = held_problem(config, config.max_memory_bytes, "--max-memory")
+    if problem:
+        raise ValueError(problem)
 
 
 def metrics_endpoint(config: TrainConfig):  # -> probes.export.MetricsEndpoint | None

@@ -86,8 +86,10 @@ class RunFigures:
 
     @property
     def kind(self) -> str:
-        """"training" or "inference": their steps are different work, never compared."""
-        return "inference" if self.config.get("mode") == "infer" else "training"
+        """"training", "inference" or "fit probe" (`memtop fit`: steps of several shapes):
+        their steps are different work, never compared."""
+        return {"infer": "inference", "fit": "fit probe"}.get(self.config.get("mode"),
+                                                              "training")
 
     def headline(self) -> dict[str, Any]:
         """The figures `--baseline` and the sweep table show, JSON-able."""
@@ -157,8 +159,28 @@ def load_run(path: str | Path) -> RunFigures:
 
 
 # ---- the rules ---------------------------------------------------------------------------------
+IGNORED_FIELDS = ("fit.points",)  # `memtop fit`'s planned grid: from B, T and fit.vary
+PROBE_SPEED = ("n/a: `memtop fit` probes run several shapes each (their refine points follow "
+               "the answer), so their step times are no one workload's")
+
+
+def _flat(variables: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A nested option group (config.json's ``fit``, a Monitor's ``monitor``) as its fields,
+    each a variable of its own named ``group.field``."""
+    out: dict[str, Any] = {}
+    for key, value in variables.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{name}."))
+        elif name not in IGNORED_FIELDS:
+            out[name] = value
+    return out
+
+
 def changed_variables(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
-    """[{name, a, b}] for every variable whose value differs (a missing one reads as None)."""
+    """[{name, a, b}] for every variable whose value differs (a missing one reads as None);
+    a nested group's fields are named one by one (``fit.memory``), never the group's dict."""
+    a, b = _flat(a), _flat(b)
     names = sorted(set(a) | set(b))
     return [{"name": k, "a": a.get(k), "b": b.get(k)} for k in names if a.get(k) != b.get(k)]
 
@@ -303,6 +325,9 @@ def compare_figures(a: RunFigures, b: RunFigures,
     }
     if a.fit or b.fit:  # `memtop fit` runs: their answers side by side
         out["fit"] = {"a": a.fit, "b": b.fit}
+    if a.kind == "fit probe":  # steps of several shapes each: no one workload's speed
+        out["tokens_per_s_verdict"] = out["step_ms_verdict"] = PROBE_SPEED
+        del out["phases"]
     if a.windows or b.windows:
         wa, wb = windows_summary(a.windows), windows_summary(b.windows)
         out["profiler"] = {"a": wa, "b": wb, "active_step_ms": median_ratio(

@@ -120,9 +120,12 @@ def fit_compare_lines(fit: dict[str, Any]) -> list[str]:
             out.append(f"  - {label}: no fit.json")
         elif f.get("error"):
             out.append(f"  - {label}: {f['error']}")
+        elif not f.get("headline"):  # no answer: why, in its own words
+            out.append(f"  - {label}: {f.get('no_answer') or f.get('fit_error') or 'no fit'} "
+                       f"(budget {format_bytes(f.get('budget_bytes'))})")
         else:
-            out.append(f"  - {label}: {f.get('headline') or f.get('fit_error') or 'no answer'}"
-                       f" under {format_bytes(f.get('budget_bytes'))} less "
+            out.append(f"  - {label}: {f['headline']} under "
+                       f"{format_bytes(f.get('budget_bytes'))} less "
                        f"{f.get('headroom_pct') or 0:g}%; today's size predicted at "
                        f"{format_bytes(f.get('today_peak_bytes'))}")
     a, b = fit.get("a") or {}, fit.get("b") or {}

@@ -147,7 +147,10 @@ class ReportContext:
 
     @property
     def mode(self) -> str:
-        return "infer" if self.config.get("mode") == "infer" else "train"
+        """"infer", "fit" (`memtop fit`'s probe: several shapes, no training run) or
+        "train"."""
+        mode = self.config.get("mode")
+        return mode if mode in ("infer", "fit") else "train"
 
     @property
     def steps(self) -> list[dict[str, Any]]:

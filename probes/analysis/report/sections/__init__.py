@@ -66,6 +66,13 @@ SECTIONS: dict[str, tuple[Section, ...]] = {
         Section(baseline.build, baseline.render),
         Section(status.build, status.render),
     ),
+    "fit": (  # `memtop fit`'s probe: several shapes, so no one B/T, timing or finding
+        Section(header.build_train, header.render_train),
+        Section(fit.build, fit.render),
+        Section(setup.build, setup.render),
+        Section(ledger.build, ledger.render),
+        Section(status.build, status.render),
+    ),
     "infer": (
         Section(header.build, header.render_infer),
         Section(infer_finding.build, finding.render, summary=True),

@@ -89,6 +89,7 @@ def build(ctx: ReportContext) -> dict[str, Any]:
         "mode": "train",
         "amp": ctx.amp,
         "warmup_steps": warmup_steps(config),
+        **(_probe(ctx) if ctx.mode == "fit" else {}),
         "measurement": {
             "steps": len(ctx.steps), "steps_planned": config.get("steps"),
             "sync_rule": sync_rule(started.get("device") or config.get("resolved_device")),
@@ -97,6 +98,24 @@ def build(ctx: ReportContext) -> dict[str, Any]:
             "seed": config.get("seed"),
         },
     }
+
+
+def _probe(ctx: ReportContext) -> dict[str, Any]:
+    """`memtop fit`'s probe in place of one input shape and warm-up: the points it ran, in
+    order (their fit_point events), each with its own warm-up steps (fit.json)."""
+    from probes.analysis.fit_file import read_fit
+    from probes.runfolder import RunFolderError
+
+    try:
+        doc = read_fit(ctx.run_dir) or {}
+    except RunFolderError:
+        doc = {}
+    points = [{"batch_size": e.get("batch_size"), "seq_len": e.get("seq_len"),
+               "status": e.get("status"), "role": e.get("role") or "probe"}
+              for e in ctx.events if e.get("event") == "fit_point"]
+    return {"mode": "fit", "probe": {"points": points,
+                                     "warmup_steps": doc.get("warmup_steps"),
+                                     "measured_steps": doc.get("measured_steps")}}
 
 
 def _t(value: Any) -> str:
@@ -135,6 +154,23 @@ def _input_text(inp: dict[str, Any]) -> str:
     return (", ".join(per_step) or fallback) + f", {inp['param_dtype']} weights"
 
 
+def _shape_rows(section: dict[str, Any], inp: dict[str, Any]) -> list[list[str]]:
+    """Input, mode and warm-up: a training run's one shape, or `memtop fit`'s points."""
+    probe = section.get("probe")
+    if section["mode"] != "fit" or probe is None:
+        return [["input", _input_text(inp)], ["mode", section["mode"]],
+                ["warmup", f"{section['warmup_steps']} steps (peak counters reset after them)"]]
+    shapes = ", ".join(f"{p['batch_size']}×{p['seq_len']}"
+                       + ("" if p["role"] == "probe" else f" ({p['role']})")
+                       for p in probe["points"] if p["status"] != "not run")
+    return [["input", f"probe points B×T: {shapes or 'none ran'}; "
+                      f"{_t(inp['token_dtype'])} tokens, {_t(inp['param_dtype'])} weights"],
+            ["mode", "fit: memtop fit's probe, several shapes (no training run of one B, T; "
+                     "fit.json holds the answer)"],
+            ["warmup", f"{_t(probe['warmup_steps'])} steps at each point's shape, then "
+                       f"{_t(probe['measured_steps'])} measured (peak reset before each)"]]
+
+
 def render(section: dict[str, Any], report: dict[str, Any]) -> list[str]:
     hw, sw, model, inp = (section[k] for k in ("hardware", "software", "model", "input"))
     meas = section["measurement"]
@@ -153,10 +189,8 @@ def render(section: dict[str, Any], report: dict[str, Any]) -> list[str]:
                      f"{sw['cuda'] or 'none'}, cuDNN {sw['cudnn'] or 'none'}, memtop "
                      f"{_t(sw['memtop'])}"],
         ["model", _model_text(model, params)],
-        ["input", _input_text(inp)],
-        ["mode", section["mode"]],
+        *_shape_rows(section, inp),
         ["amp", f"{section['amp']}: compute in {inp['compute_dtype']}"],
-        ["warmup", f"{section['warmup_steps']} steps (peak counters reset after them)"],
         ["measurement", f"{meas['steps']} steps recorded "
                         f"({meas['steps_planned'] or 'no limit'} planned)"],
         ["sync rule", meas["sync_rule"]],
