@@ -4,8 +4,9 @@
 
 Drives MemtopApp with Textual's Pilot (headless, no terminal needed) over the default mini-GPT on
 the CPU and saves: dashboard.svg (120×40), dashboard-80x24.svg, help.svg, profiler.svg (after `p`),
-modules.svg (after `a`: the per-module memory window's table), leak.svg (after `l`, once the detector raises its alert) and culprit.svg (the culprit finder's
-answer to that alert, a few steps later); ``--only culprit.svg`` remakes only the files named.
+modules.svg (after `a`: the per-module memory window's table), leak.svg (after `l`, once the
+detector raises its alert) and culprit.svg (the culprit finder's answer to that alert, a few
+steps later); ``--only culprit.svg`` remakes only the files named.
 A view whose producer is missing in this build (no profiler window, no leak detector) is
 skipped with a line saying so.
 """

@@ -35,9 +35,9 @@ from probes.analysis.fit import (
     OVER,
     FitError,
     fit_points,
-    model_size_problem,
 )
 from probes.analysis.fit_answer import answer, refine_points
+from probes.analysis.fit_plan import model_size_problem
 from probes.counters.host import RssReader
 from probes.instruments.ledger import Ledger
 from probes.monitor.monitor import Monitor

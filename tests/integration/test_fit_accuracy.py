@@ -15,8 +15,9 @@ import math
 import pytest
 from factories import run_python
 
-from probes.analysis.fit import OK, fit_points, predict, probe_grid
+from probes.analysis.fit import OK, fit_points, predict
 from probes.analysis.fit_answer import answer
+from probes.analysis.fit_plan import probe_grid
 
 # one worker runs the module: its tests share the GPT's probe (gpt_probe)
 pytestmark = pytest.mark.xdist_group("fit_accuracy")

@@ -14,10 +14,9 @@ from probes.analysis.compare.compare import (
     changed_variables,
     compare_runs,
     load_run,
-    loss_agreement,
-    median_ratio,
     one_variable_warning,
 )
+from probes.analysis.compare.stats import loss_agreement, median_ratio
 from probes.records import Event
 from probes.runfolder import json_line
 from tui.cli import main

@@ -19,10 +19,10 @@ from probes.analysis.fit import (
     largest_batch,
     largest_seq,
     predict,
-    probe_grid,
 )
 from probes.analysis.fit_answer import answer, limit_bytes, refine_points
 from probes.analysis.fit_file import fit_document, read_fit, verification, write_fit
+from probes.analysis.fit_plan import probe_grid
 from probes.analysis.fit_text import WIDTH, fit_lines, headline
 from probes.runfolder import RunFolderError
 from probes.tools.units import format_bytes

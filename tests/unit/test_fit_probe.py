@@ -9,9 +9,10 @@ from __future__ import annotations
 import pytest
 from factories import in_thread, read_jsonl
 
-from probes.analysis.fit import GUARD, OK, OOM, PARTS, fit_points, probe_grid
+from probes.analysis.fit import GUARD, OK, OOM, PARTS, fit_points
 from probes.analysis.fit_file import read_fit
 from probes.analysis.fit_live import LivePeaks, live_fit, live_line
+from probes.analysis.fit_plan import probe_grid
 
 MIB = 1024 * 1024
 

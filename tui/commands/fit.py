@@ -14,7 +14,8 @@ from __future__ import annotations
 import argparse
 import shlex
 
-from probes.analysis.fit import DEFAULT_HEADROOM_PCT, VARY, model_size_problem
+from probes.analysis.fit import DEFAULT_HEADROOM_PCT
+from probes.analysis.fit_plan import VARY, model_size_problem
 from trainer.config import TrainConfig
 from tui.commands.argtypes import UsageError, option_default, size_arg, typed_options
 from tui.commands.train import add_model_options, held_problem
@@ -95,7 +96,7 @@ def command_text(args: argparse.Namespace, config: TrainConfig) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from probes.analysis.fit import probe_grid
+    from probes.analysis.fit_plan import probe_grid
 
     try:
         config = config_from_args(args)

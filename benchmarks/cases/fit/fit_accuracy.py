@@ -40,7 +40,8 @@ from benchmarks.harness import (
     publish,
     wait_quiet,
 )
-from probes.analysis.fit import fit_points, predict, probe_grid
+from probes.analysis.fit import fit_points, predict
+from probes.analysis.fit_plan import probe_grid
 from trainer.config import TrainConfig
 
 REACH = (2, 4, 8)

@@ -1,6 +1,6 @@
 """`memtop compare`: runs side by side against the first, each difference judged against the
-runs' own noise (tutorial §6.1, §6.2); with memory windows in both, each module's bytes B − A
-(modules.py).
+runs' own noise (tutorial §6.1, §6.2; the statistics in stats.py); with memory windows in
+both, each module's bytes B − A (modules.py).
 
     from probes.analysis.compare import compare_runs
     result = compare_runs(["runs/fp32", "runs/bf16"])

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from probes.analysis.compare.compare import speed_verdict
 from probes.analysis.compare.modules import module_lines
 from probes.analysis.compare.phases import phase_lines
+from probes.analysis.compare.stats import speed_verdict
 from probes.records.names import counter_names, peak_name
 from probes.tools.tables import markdown_table
 from probes.tools.units import format_bytes, format_duration, format_ms, format_rate
