@@ -42,6 +42,7 @@ from trainer.config import amp_reason
 from trainer.data import load_corpus
 from trainer.infer_config import InferConfig, ModelSpec
 from trainer.infer_profile import PhaseProfiler
+from trainer.infer_window import InferMemoryWindows
 from trainer.model import GPT, KVCache, sample_next
 
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -132,7 +133,7 @@ class InferenceRunner(BackgroundRun):
                   "auto": (R.PREFILL, R.DECODE) if cfg.requests >= 2 else ()}.get(
             cfg.profile_phase, (cfg.profile_phase,))
         self.profiler = prof = PhaseProfiler(phases, cfg.profile_active,
-                                             at_request=2 if cfg.requests >= 2 else 1)
+                                             at_request=cfg.profiled_request() or 1)
         prof.setup(session.context(
             model, None, None, amp, max_steps=0,
             model_shape=GPTShape(gpt.n_layer, gpt.n_head, gpt.n_embd, gpt.attention,
@@ -140,6 +141,15 @@ class InferenceRunner(BackgroundRun):
             config=self.config_json))
         # `p`: the next request's prefill and decode steps (a window never mixes phases)
         session.offer("profile", lambda step: prof.rearm(self.request + 1))
+        # `a`: a memory window in the next request free of the warm-up and the profiler
+        self.windows = windows = InferMemoryWindows(
+            session, model, device, amp,
+            {"batch_size": cfg.batch_size, "prompt_len": cfg.prompt_len,
+             "block_size": gpt.block_size, "attention": gpt.attention},
+            prof, cfg.requests, cfg.attribute_request)
+        session.offer("attribute", lambda step: windows.want(self.request + 1, "key"))
+        session.offer("attribute_cancel",
+                      lambda step: windows.cancel(step, "cancelled by the a key"))
         if self.listen:
             session.listen()
         self.weights_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
@@ -172,10 +182,13 @@ class InferenceRunner(BackgroundRun):
         for request in range(1, self.config.requests + 1):
             self.request = request
             if self.session.boundary(self.session.step + 1):
-                return
+                break
             self._request(model, request)
             if self.control.stop_requested:
-                return
+                break
+        self.windows.finish(self.session.step, self.control.stop_requested)
+        if self.control.stop_requested:
+            return
         if self.config.baseline_tokens > 0 and not self.control.stop_requested:
             self._cache_baseline(model)
 
@@ -186,6 +199,7 @@ class InferenceRunner(BackgroundRun):
         cache = model.new_cache()
         used_before = self.memory.read().allocated_bytes
         session.step += 1
+        self.windows.begin(request, session.step, cfg.new_tokens - 1)
         prof.maybe_open(session.step, R.PREFILL, request, 0)
         first, tok, prefill_peak = self._step(R.PREFILL, request, cache,
                                               lambda t: model.prefill(prompt, cache), None)
@@ -236,7 +250,8 @@ class InferenceRunner(BackgroundRun):
         self.memory.begin_step()  # this step's own peak (the run's is their max)
         t0 = time.perf_counter()
         with self._compute(phase):
-            logits = fn(tok)
+            with self.windows.measuring(phase, session.step):
+                logits = fn(tok)
             nxt = sample_next(logits, top_k=cfg.top_k, temperature=cfg.temperature,
                               generator=self.gen)
         nxt.cpu()  # the new tokens reach the host: the step (and on CUDA the device) is done
@@ -251,6 +266,7 @@ class InferenceRunner(BackgroundRun):
             kv_cache_predicted_bytes=self._predicted(cache.length))
         session.recorder.publish(sample)
         self.profiler.end_step(session.step, sample)
+        self.windows.after_step(phase, session.step, cache)
         return sample, nxt, reading.step_peak_allocated_bytes
 
     def _admission(self, used: int, prefill_peak: int, kv_after_prefill: int) -> None:

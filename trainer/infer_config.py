@@ -49,6 +49,8 @@ class InferConfig:
     # its TTFT, decode times and admission (issue 44). One asked for then runs in request 1.
     profile_phase: str = "auto"
     profile_active: int = 3  # decode steps the decode window records
+    # a memory window (trainer/infer_window.py) in this request; None = only on the `a` key
+    attribute_request: int | None = None
     max_memory_bytes: int | None = None  # the admission budget; default the device's total
     run_dir: str = "runs"
 
@@ -82,11 +84,34 @@ class InferConfig:
         if self.profile_phase not in PROFILE_PHASES:
             raise ValueError(f"unknown profile phase {self.profile_phase!r}; "
                              f"use one of {', '.join(PROFILE_PHASES)}")
+        self._check_attribute_request()
         if self.max_memory_bytes is not None and self.max_memory_bytes <= 0:
             raise ValueError("--max-memory must be greater than zero")
         check_device_text(self.device)
         if self.weights is None:
             self.check_fits(self.fresh_model_config())
+
+    def profiled_request(self) -> int | None:
+        """The request the --profile-phase windows trace (None: no window is armed)."""
+        if self.profile_phase == "none" or (self.profile_phase == "auto" and self.requests < 2):
+            return None
+        return 2 if self.requests >= 2 else 1
+
+    def _check_attribute_request(self) -> None:
+        n = self.attribute_request
+        if n is None:
+            return
+        if not isinstance(n, int) or isinstance(n, bool) or n <= 0:
+            raise ValueError(f"--attribute-request must be a positive integer, got {n}")
+        if n > self.requests:
+            raise ValueError(f"--attribute-request {n} is past the last request "
+                             f"(--requests {self.requests})")
+        if n == 1:
+            raise ValueError("--attribute-request 1 is the warm-up request, whose prefill "
+                             "sizes admission; pick 2 or later (with --requests 2 or more)")
+        if n == self.profiled_request():
+            raise ValueError(f"--attribute-request {n} is the request the profiler windows "
+                             f"trace; pick another or add --profile-phase none")
 
     # the model -----------------------------------------------------------------------------
     def fresh_model_config(self) -> GPTConfig:

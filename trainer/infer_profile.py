@@ -62,6 +62,12 @@ class PhaseProfiler:
         self.opened.clear()
         return True
 
+    def will_trace(self, request: int) -> bool:
+        """A window is tracing, or armed to open in ``request``."""
+        if self.tracing:
+            return True
+        return request >= self.at_request and bool(set(self.windows) - self.opened)
+
     @property
     def tracing(self) -> bool:
         return any(w.tracing for w in self.windows.values())

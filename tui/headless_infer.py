@@ -46,6 +46,11 @@ class InferPrinter:
             print(format_event_line(record), file=self.out, flush=True)
             if record.event == R.ERROR and record.data.get("traceback"):
                 print(record.data["traceback"], file=sys.stderr, flush=True)
+            if record.event == R.INFER_ATTRIBUTION:  # the table the dashboard shows
+                from tui.format_infer_attribution import SORT_KEYS, table_lines
+
+                lines = table_lines(record.data, SORT_KEYS[0], 76)
+                print("\n".join("  " + ln for ln in lines), file=self.out, flush=True)
 
 
 def run_infer_headless(config: object, spec: object, run_dir: Path, log_every: int = 16,

@@ -115,6 +115,20 @@ class LiveEvents:
             self.notify(f"modules ready (step {event.step}): {event.summary()}; o changes "
                         "the sort", timeout=5)
 
+    def _infer_attribution(self: Any, event: Event) -> None:
+        """`memtop infer`'s window: its table (KV cache, prefill and decode peaks) in the same
+        place as a training window's."""
+        from tui.widgets.module_memory import INFER_TABLE
+
+        self._attribution_requested = False
+        self._sort_target = "modules"
+        self.modules_table.show_window(event.step, event.data, table=INFER_TABLE)
+        if self.size.width < 100:
+            self.set_view("modules")
+        if not self.replaying:
+            self.notify(f"modules ready (step {event.step}): {event.summary()}; o changes "
+                        "the sort", timeout=5)
+
     def _leak_demo_started(self: Any, event: Event) -> None:
         self._leak_toggling = False
 
@@ -172,6 +186,7 @@ LIVE_EVENTS: dict[str, Callable[[Any, Event], None]] = {
     R.ATTRIBUTION_STARTED: LiveEvents._attribution_started,
     R.ATTRIBUTION_CANCELLED: LiveEvents._attribution_cancelled,
     R.MEMORY_ATTRIBUTION: LiveEvents._memory_attribution,
+    R.INFER_ATTRIBUTION: LiveEvents._infer_attribution,
     R.LEAK_DEMO_STARTED: LiveEvents._leak_demo_started,
     R.LEAK_DEMO_STOPPED: LiveEvents._leak_demo_stopped,
     R.PAUSED: LiveEvents._paused_or_resumed,

@@ -24,7 +24,7 @@ class EventWake:
     asks the dashboard for a refresh at once instead of at its next 2 Hz tick. One
     ``call_soon_threadsafe`` (tui/app_actions.py ``_on_loop``): it never waits for the UI."""
 
-    kinds = frozenset({R.MEMORY_ATTRIBUTION})
+    kinds = frozenset({R.MEMORY_ATTRIBUTION, R.INFER_ATTRIBUTION})
 
     def __init__(self) -> None:
         self.callback: Any = None  # set by the app once mounted

@@ -14,9 +14,10 @@ A step is disturbed when
   second, ``leak_culprit``; tracemalloc runs between them and grows the heap), or it is the step
   after the second census (``after_look``: the census and the referrer walk are freed then);
 - a memory attribution window ran it (``attributed``: from its ``attribution_started`` step to
-  its ``memory_attribution``/``attribution_cancelled``; per-module hooks slow its forward and
-  their bookkeeping sits on the heap), or it is the step after (``after_attribution``: the
-  hooks' records are freed into it). probes/instruments/attribution.py.
+  its ``memory_attribution``, ``infer_attribution`` or ``attribution_cancelled``; per-module
+  hooks slow its forward and their bookkeeping sits on the heap), or it is the step after
+  (``after_attribution``: the hooks' records are freed into it).
+  probes/instruments/attribution.py.
 
 Two ways to the same answer: live, ``DisturbedSteps`` is fed every event as it is published
 (probes/runfolder/state.py's fold) and names each step as its row is built (the row's
@@ -34,6 +35,7 @@ from typing import Any
 from probes.records.events import (
     ATTRIBUTION_CANCELLED,
     ATTRIBUTION_STARTED,
+    INFER_ATTRIBUTION,
     LEAK_CULPRIT,
     LEAK_LOOK,
     MEMORY_ATTRIBUTION,
@@ -132,11 +134,11 @@ class DisturbedSteps:
             self._after_look = step + 1
         elif kind == ATTRIBUTION_STARTED:
             self._attr_since = step
-        elif kind in (MEMORY_ATTRIBUTION, ATTRIBUTION_CANCELLED):
+        elif kind in (MEMORY_ATTRIBUTION, INFER_ATTRIBUTION, ATTRIBUTION_CANCELLED):
             # its last step is the event's: a window cancelled mid-step names that step
             if self._attr_since is not None:
                 self._attr_span = (self._attr_since, step)
-            elif kind == MEMORY_ATTRIBUTION:  # a folder cut before its start event
+            elif kind in (MEMORY_ATTRIBUTION, INFER_ATTRIBUTION):  # a folder cut before its start
                 self._attr_span = (step, step)
             self._attr_since = None
 

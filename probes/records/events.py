@@ -30,6 +30,10 @@ from probes.records.event_text import (
     weights_saved_text,
 )
 from probes.records.forecast import fill_text
+from probes.records.infer_attribution import (
+    INFER_ATTRIBUTION_FIELDS,
+    infer_attribution_summary,
+)
 from probes.records.step import StepSample
 from probes.records.values import clean, finite_num, is_int, short_text
 from probes.records.workers import (
@@ -165,6 +169,7 @@ LEAK_LOOK = "leak_look"
 ATTRIBUTION_STARTED = "attribution_started"
 MEMORY_ATTRIBUTION = "memory_attribution"
 ATTRIBUTION_CANCELLED = "attribution_cancelled"
+INFER_ATTRIBUTION = "infer_attribution"
 WORKERS = "workers"
 WORKER_DIED = "worker_died"
 FIT_POINT = "fit_point"
@@ -229,7 +234,8 @@ _KINDS = (
               required=("culprits", "steps")),
     EventKind(ATTRIBUTION_STARTED, "a memory attribution window opened: per-module hooks for "
               "its warm-up and measured steps (disturbed: probes/records/disturbed.py)",
-              {"warmup": "int", "steps": "int", "trigger": "str", "modules_hooked": "int"},
+              {"warmup": "int", "steps": "int", "trigger": "str", "modules_hooked": "int",
+               "request": "int"},
               summary=lambda d: f"{d.get('warmup')} warm-up + {d.get('steps')} measured "
                                 f"step(s), {d.get('trigger')}",
               required=("warmup", "steps")),
@@ -237,6 +243,10 @@ _KINDS = (
               "activations and forward peaks over a window (docs/ATTRIBUTION.md)",
               ATTRIBUTION_FIELDS, summary=attribution_summary,
               required=("modules", "steps")),
+    EventKind(INFER_ATTRIBUTION, "`memtop infer`'s memory window: per module, the KV cache it "
+              "keeps and its forward peaks in a prefill and a decode step (docs/ATTRIBUTION.md)",
+              INFER_ATTRIBUTION_FIELDS, summary=infer_attribution_summary,
+              required=("modules", "request")),
     EventKind(ATTRIBUTION_CANCELLED, "a memory attribution window ended without a table, and "
               "why", {"reason": "str"}, summary=lambda d: str(d.get("reason")),
               required=("reason",)),

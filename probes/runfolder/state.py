@@ -172,10 +172,10 @@ class RunState:
             self.attribution = (e.step, warmup if isinstance(warmup, int) else 1,
                                 steps if isinstance(steps, int) else 1)
             self.attribution_phase = "warm-up" if self.attribution[1] else "measuring"
-        elif name in (R.MEMORY_ATTRIBUTION, R.ATTRIBUTION_CANCELLED):
+        elif name in (R.MEMORY_ATTRIBUTION, R.INFER_ATTRIBUTION, R.ATTRIBUTION_CANCELLED):
             self.attribution = None
             self.attribution_phase = None
-            if name == R.MEMORY_ATTRIBUTION:
+            if name != R.ATTRIBUTION_CANCELLED:
                 self.attribution_done_step = e.step
         elif name == R.LEAK_DEMO_STARTED:
             self.leak_active = True

@@ -182,6 +182,8 @@ def test_refusals(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     _refused(capsys, [*args, "--weights", str(tmp_path / "empty")], "has no weights.pt")
     _refused(capsys, [*args, "--profile-phase", "train"], "invalid choice")
+    _refused(capsys, [*args, "--attribute-request", "1"], "--attribute-request 1",
+             "warm-up")
     assert not (tmp_path / "runs").exists()  # nothing was started
 
 

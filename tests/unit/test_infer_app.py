@@ -93,3 +93,35 @@ async def test_a_phase_window_shows_ops_not_its_own_label(tmp_path):
             assert names and not {"decode", "ProfilerStep*"} & set(names)
             subtitle = str(app.ops_table.border_subtitle)
             assert "not ops: decode, ProfilerStep*" in subtitle, subtitle
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)])
+async def test_a_shows_which_module_holds_the_cache(tmp_path, size):
+    """`a` on `memtop infer`: the next free request's window, its table in the modules pane
+    (in the chart's place under 100 columns), `o` sorts by the next column."""
+    from trainer.infer_config import InferConfig, prepare_model
+    from tui.app import MemtopApp
+
+    cfg = InferConfig(device="cpu", layers=2, heads=2, dim=32, block_size=64, batch_size=2,
+                      prompt_len=8, new_tokens=24, requests=500, baseline_tokens=0,
+                      profile_phase="none", run_dir=str(tmp_path / "runs"))
+    app = MemtopApp.for_infer(cfg, prepare_model(cfg), create_run_dir(cfg.run_dir),
+                              refresh_s=0.1, freeze_gc=False)
+    try:
+        async with app.run_test(size=size) as pilot:
+            # requests enough that the key always finds one after it; q ends the run
+            await wait_for(pilot, lambda: app.run_state.started is not None, "the run")
+            await pilot.press("a")
+            table = app.modules_table
+            await wait_for(pilot, lambda: table.loaded, "the window's table")
+            assert "KV cache" in table.text and "transformer.h.*.attn" in table.text
+            assert "per token per sequence" in " ".join(table.text.split())  # wrapped
+            assert all(len(ln) <= size[0] for ln in table.text.splitlines())
+            assert "modules · request " in str(table.border_title)
+            await pilot.press("o")
+            assert "by pf peak" in str(table.border_title)
+            await pilot.press("q")
+            await wait_for(pilot, lambda: app.run_state.finished, "the run's end")
+    finally:
+        app.shutdown(timeout_s=60)
+    assert "Which module holds the memory" in (app.run_dir / "report.md").read_text()

@@ -82,6 +82,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
          "and decode times then carry the profiler", choices=PROFILE_PHASES)
     _opt(g, "--profile-active", "profile_active", "decode steps the decode window records",
          type=int_arg)
+    g = p.add_argument_group("memory window")
+    _opt(g, "--attribute-request", "attribute_request", "a memory window in request N: per "
+         "module, the KV cache it keeps and its forward peak in that request's prefill and "
+         "first decode step (not request 1, the warm-up, nor the profiled one; default: only "
+         "on the a key)", type=int_arg, metavar="N")
 
 
 def config_from_args(args: argparse.Namespace) -> InferConfig:

@@ -36,7 +36,9 @@ KEYS = (
           "checked against the ledger, and hints with the measured figures (what grows with "
           "T², what checkpointing would free and cost, the optimizer state's size). a during "
           "a window cancels it; its steps and the one after are left out of the leak "
-          "detector, timing and peaks"),
+          "detector, timing and peaks. In memtop infer: the next request free of the warm-up "
+          "and the profiler (--attribute-request), its prefill and first decode step: each "
+          "module's KV cache and forward peak in each phase"),
     ("l", "leak demo on/off; off drops what was leaked (the fix)"),
     ("space", "pause / resume at the next step boundary (the header's clock holds while "
               "paused: it counts the run's time without its pauses)"),

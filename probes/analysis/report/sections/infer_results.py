@@ -97,6 +97,9 @@ def infer_results(ctx: ReportContext) -> dict[str, Any]:
         "decode_ms_p95": percentile(ms(dec_clean), 95),
         "prefill_tokens_per_s": rate(pre_clean), "decode_tokens_per_s": rate(dec_clean),
         "prefill_steps": len(pre_clean), "decode_steps": len(dec_clean),
+        # every later step of a phase was disturbed: its figures are of disturbed steps
+        "prefill_all_disturbed": bool(pre) and not any(not is_disturbed(r) for r in pre),
+        "decode_all_disturbed": bool(dec) and not any(not is_disturbed(r) for r in dec),
         "peak_allocated_bytes": peak("peak_allocated_bytes"),
         "peak_reserved_bytes": peak("reserved_bytes"),
         "driver_peak_bytes": peak("driver_used_bytes"),
@@ -186,14 +189,19 @@ def _admission(adm: dict[str, Any] | None) -> list[str]:
                  f"temporaries (measured in request 1). Limited by {adm.get('limit')}.", ""]
 
 
+def _all_disturbed(flag: Any) -> str:
+    return (" (every one after the warm-up ran in a profiler or memory window: these are "
+            "its disturbed steps)") if flag else ""
+
+
 def render(section: dict[str, Any], report: dict[str, Any]) -> list[str]:
     res = section["results"]
     rows = [
-        ["TTFT p50 / p95 (prefill)",
+        ["TTFT p50 / p95 (prefill)" + _all_disturbed(res.get("prefill_all_disturbed")),
          f"{format_ms(res['ttft_ms_p50'])} / {format_ms(res['ttft_ms_p95'])}"],
         ["TTFT of request 1 (cold)", format_ms(res["ttft_ms_cold"])],
-        ["decode per token p50 / p95", f"{format_ms(res['decode_ms_p50'], 2)} / "
-                                       f"{format_ms(res['decode_ms_p95'], 2)}"],
+        ["decode per token p50 / p95" + _all_disturbed(res.get("decode_all_disturbed")),
+         f"{format_ms(res['decode_ms_p50'], 2)} / {format_ms(res['decode_ms_p95'], 2)}"],
         ["prefill tokens/s", format_rate(res["prefill_tokens_per_s"])],
         ["decode tokens/s", format_rate(res["decode_tokens_per_s"])],
         *peak_rows(res),

@@ -49,6 +49,7 @@ def render(section: dict[str, Any], report: dict[str, Any]) -> list[str]:
                    if res["warmup_requests"] else "none (a single request)"],
         ["measurement", "wall clock per step until its new tokens are on the host "
                         "(one .cpu() per step); the steps a profiler window disturbed "
-                        "(traced, its table computed, the 3 after) left out"],
+                        "(traced, its table computed, the 3 after) and a memory window's "
+                        "(its hooks, the step after) left out"],
     ]
     return ["## Setup", "", markdown_table(["field", "value"], rows), ""]
