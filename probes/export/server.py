@@ -1,6 +1,8 @@
 """The HTTP endpoint: ``/metrics`` only (Prometheus text or OpenMetrics, as prometheus_client
-negotiates with the scraper), no write path, a thread per request (prometheus_client's
-ThreadingWSGIServer), 127.0.0.1 unless asked otherwise, TLS when given a certificate and key.
+negotiates with the scraper), no write path, HTTP/1.1 with keep-alive and a thread per
+connection (a scraper reuses its connection, as Prometheus does: a scrape then costs one parsed
+request and one cached answer, benchmarks/cases/export/metrics_scrape.py), 127.0.0.1 unless
+asked otherwise, TLS when given a certificate and key.
 
 Binding happens when the endpoint is made, so a port in use, an address this machine does not
 have or a certificate that does not load is an ``EndpointError`` (one sentence) before anything
@@ -10,18 +12,22 @@ is served; ``serve(collector)`` then starts answering.
 from __future__ import annotations
 
 import contextlib
+import copy
 import errno
+import gzip
 import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, make_server
+from urllib.parse import parse_qs
 
-from prometheus_client import CollectorRegistry, make_wsgi_app
-from prometheus_client.exposition import ThreadingWSGIServer
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from probes.records.errors import MemtopError
@@ -34,59 +40,136 @@ class EndpointError(MemtopError, ValueError):
     """The endpoint cannot be served as asked (bad input: exit 2)."""
 
 
-class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base's name)
-        """Scrapes come every few seconds from every Prometheus: not logged."""
-
-
-def _only_metrics(app: Callable[..., Iterable[bytes]]) -> Callable[..., Iterable[bytes]]:
-    """``app`` on GET/HEAD /metrics; 404 for any other path, 405 for any other method."""
-
-    def serve(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        if environ.get("PATH_INFO") != PATH:
-            start_response("404 Not Found", [("Content-Type", "text/plain")])
-            return [b"memtop serves /metrics only\n"]
-        if environ.get("REQUEST_METHOD") not in ("GET", "HEAD"):
-            start_response("405 Method Not Allowed", [("Allow", "GET, HEAD")])
-            return [b""]
-        return app(environ, start_response)
-
-    return serve
-
-
 CACHE_S = 0.05  # one rendering answers every scrape within this (the sources' own interval)
+IDLE_S = 120.0  # a kept-alive connection with no request for this long is closed
 
 
-def _cached(app: Callable[..., Iterable[bytes]], max_age_s: float = CACHE_S
-            ) -> Callable[..., Iterable[bytes]]:
-    """``app``'s answer reused for the scrapes that ask the same (format, compression, query)
-    within ``max_age_s``: the values change no faster (the recorder publishes rows every 50 ms,
-    the folder collector reads files as often), and rendering the text is most of a scrape's
-    cost (~1 ms; 100 scrapes a second would take a tenth of a core, in the training process
-    for the in-process endpoint)."""
-    lock = threading.Lock()
-    cache: dict[tuple[str, str, str], tuple[float, str, list[tuple[str, str]], bytes]] = {}
+class Rendering:
+    """The exposition text of ``registry``, rendered at most once per ``max_age_s`` for each
+    (format, compression, names) a scraper asks for: the values change no faster (the recorder
+    publishes rows every 50 ms, the folder collector reads files as often), and rendering is
+    most of a scrape's cost (~1 ms: 100 scrapes a second would take a tenth of a core, in the
+    training process for the in-process endpoint)."""
 
-    def serve(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        key = (environ.get("HTTP_ACCEPT", ""), environ.get("HTTP_ACCEPT_ENCODING", ""),
-               environ.get("QUERY_STRING", ""))
-        with lock:
-            hit = cache.get(key)
-            if hit is None or time.monotonic() - hit[0] > max_age_s:
-                answer: dict[str, Any] = {}
+    def __init__(self, registry: CollectorRegistry, max_age_s: float = CACHE_S) -> None:
+        self.registry, self.max_age_s = registry, max_age_s
+        self._lock = threading.Lock()
+        self._cache: dict[tuple[str, bool, tuple[str, ...]],
+                          tuple[float, list[tuple[str, str]], bytes]] = {}
 
-                def keep(status: str, headers: list[tuple[str, str]], *_: Any) -> None:
-                    answer["status"], answer["headers"] = status, headers
+    def answer(self, accept: str, accept_encoding: str, query: str) \
+            -> tuple[list[tuple[str, str]], bytes]:
+        """(headers, body) for one scrape: Prometheus text or OpenMetrics as ``accept`` asks
+        (prometheus_client's negotiation), gzip when accepted, ``name[]=`` filters honoured."""
+        encoder, content_type = choose_encoder(accept)
+        gz = "gzip" in accept_encoding.lower()
+        names = tuple(parse_qs(query).get("name[]", ()))
+        key = (content_type, gz, names)
+        with self._lock:
+            hit = self._cache.get(key)
+            if hit is None or time.monotonic() - hit[0] > self.max_age_s:
+                body = encoder(_Only(self.registry, names) if names else self.registry)
+                headers = [("Content-Type", content_type)]
+                if gz:
+                    body = gzip.compress(body, compresslevel=1)
+                    headers.append(("Content-Encoding", "gzip"))
+                if len(self._cache) > 16:  # scrapers that vary their headers: no growth
+                    self._cache.clear()
+                hit = self._cache[key] = (time.monotonic(), headers, body)
+        return hit[1], hit[2]
 
-                body = b"".join(app(environ, keep))
-                hit = (time.monotonic(), answer["status"], answer["headers"], body)
-                if len(cache) > 16:  # scrapers that vary their headers: no growth
-                    cache.clear()
-                cache[key] = hit
-        start_response(hit[1], hit[2])
-        return [hit[3]]
 
-    return serve
+class _Only:
+    """The registry's samples named in ``names`` (``?name[]=memtop_steps_total``): memtop's
+    collectors describe nothing up front, so prometheus_client's restricted registry, which
+    filters by the names collectors describe, would answer nothing."""
+
+    def __init__(self, registry: CollectorRegistry, names: tuple[str, ...]) -> None:
+        self.registry, self.names = registry, set(names)
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self.registry.collect():
+            samples = [s for s in family.samples if s.name in self.names]
+            if samples:
+                kept = copy.copy(family)
+                kept.samples = samples
+                yield kept
+
+
+class _Handler(BaseHTTPRequestHandler):
+    """GET/HEAD /metrics over HTTP/1.1 with keep-alive (a scraper's connection is reused, as
+    Prometheus reuses it: no connection and thread per scrape); 404 for any other path, 405
+    for any other method; nothing logged (scrapes come every few seconds from every
+    Prometheus)."""
+
+    protocol_version = "HTTP/1.1"
+    server_version = "memtop"
+    timeout = IDLE_S
+    server: _Server
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's names)
+        self._metrics(head=False)
+
+    def do_HEAD(self) -> None:  # noqa: N802
+        self._metrics(head=True)
+
+    def _refuse(self) -> None:
+        self._send(405, [("Allow", "GET, HEAD"), ("Content-Type", "text/plain")],
+                   b"memtop serves GET /metrics only\n", head=False)
+
+    do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _refuse  # noqa: N815
+
+    def _metrics(self, head: bool) -> None:
+        path, _, query = self.path.partition("?")
+        if path != PATH:
+            self._send(404, [("Content-Type", "text/plain")], b"memtop serves /metrics only\n",
+                       head)
+            return
+        headers, body = self.server.rendering.answer(
+            self.headers.get("Accept", ""), self.headers.get("Accept-Encoding", ""), query)
+        self._send(200, headers, body, head)
+
+    def _send(self, code: int, headers: list[tuple[str, str]], body: bytes,
+              head: bool) -> None:
+        self.send_response_only(code)
+        for name, value in headers:
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if not head:
+            self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base's name)
+        """Not logged."""
+
+
+class _Server(ThreadingHTTPServer):
+    """A thread per connection; ``close_connections`` ends the kept-alive ones (a closed
+    endpoint answers no more scrapes, however its scrapers held on)."""
+
+    daemon_threads = True
+    rendering: Rendering
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._open: set[socket.socket] = set()
+        self._open_lock = threading.Lock()
+        super().__init__(*args, **kwargs)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        with self._open_lock:
+            self._open.add(request)
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            with self._open_lock:
+                self._open.discard(request)
+
+    def close_connections(self) -> None:
+        with self._open_lock:
+            conns = list(self._open)
+        for conn in conns:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
 
 
 def check_port(port: Any) -> int:
@@ -129,13 +212,12 @@ class MetricsEndpoint:
                                 f"resolves ({getattr(exc, 'strerror', None) or exc})") from None
         family, _, _, _, sockaddr = infos[0]
 
-        class Server(ThreadingWSGIServer):
+        class Server(_Server):
             address_family = family
 
         self.registry = CollectorRegistry(auto_describe=False)
         try:
-            app = _only_metrics(_cached(make_wsgi_app(self.registry)))
-            self.httpd = make_server(sockaddr[0], port, app, Server, handler_class=_QuietHandler)
+            self.httpd = Server((sockaddr[0], port), _Handler)
         except OSError as exc:
             if exc.errno == errno.EADDRINUSE:
                 raise EndpointError(f"port {port} is already in use on {bind}; pick another "
@@ -145,6 +227,7 @@ class MetricsEndpoint:
                                     "address") from None
             raise EndpointError(f"cannot serve on {bind}:{port}: "
                                 f"{exc.strerror or exc}") from None
+        self.httpd.rendering = Rendering(self.registry)
         if context is not None:
             self.httpd.socket = context.wrap_socket(self.httpd.socket, server_side=True)
         self.bind = bind
@@ -173,6 +256,7 @@ class MetricsEndpoint:
         if thread is not None:
             self.httpd.shutdown()
             thread.join(5.0)
+        self.httpd.close_connections()
         with contextlib.suppress(OSError):
             self.httpd.server_close()
         close = getattr(self.collector, "close", None)

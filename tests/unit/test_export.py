@@ -329,6 +329,45 @@ def test_the_endpoint_serves_only_metrics_in_both_formats(tmp_path):
     probe.close()
 
 
+def test_a_kept_connection_serves_many_scrapes_until_the_endpoint_closes(tmp_path):
+    """HTTP/1.1 keep-alive, as Prometheus scrapes: one connection, many answers (gzip and
+    ``name[]`` filters as prometheus_client gives them); closing the endpoint ends it."""
+    import gzip
+    import http.client
+
+    run = write_run(tmp_path / "run", steps=3)
+    endpoint = MetricsEndpoint(0).serve(FolderCollector([run]))
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", endpoint.port, timeout=10)
+        for _ in range(3):
+            conn.request("GET", "/metrics")
+            resp = conn.getresponse()
+            assert resp.status == 200 and resp.getheader("Connection") != "close"
+            assert value(samples(resp.read().decode()), "memtop_steps_total") == 3
+        conn.request("HEAD", "/metrics")
+        resp = conn.getresponse()
+        assert resp.status == 200 and resp.read() == b""
+        conn.request("GET", "/metrics", headers={"Accept-Encoding": "gzip"})
+        resp = conn.getresponse()
+        assert resp.getheader("Content-Encoding") == "gzip"
+        text = gzip.decompress(resp.read()).decode()
+        assert value(samples(text), "memtop_steps_total") == 3
+        conn.request("GET", "/metrics?name[]=memtop_steps_total")
+        names = {s.name for s in text_string_to_metric_families(conn.getresponse().read()
+                                                                 .decode())}
+        assert names == {"memtop_steps"}
+        conn.request("DELETE", "/metrics")
+        resp = conn.getresponse()
+        assert resp.status == 405 and resp.getheader("Allow") == "GET, HEAD"
+        resp.read()
+    finally:
+        endpoint.close()
+    with pytest.raises((http.client.HTTPException, OSError)):  # the kept connection is gone
+        conn.request("GET", "/metrics")
+        conn.getresponse()
+    conn.close()
+
+
 def test_tls_when_given_a_certificate_and_key(tmp_path):
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",

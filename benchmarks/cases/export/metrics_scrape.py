@@ -1,6 +1,7 @@
 """Prometheus scraping a live run: training tokens/s with and without 100 scrapes a second.
 
-    python -m benchmarks run metrics_scrape [--pairs 7] [--steps 150] [--rate 100] [--no-append]
+    python -m benchmarks run metrics_scrape [--pairs 7] [--steps 150] [--rate 100]
+        [--new-connection] [--no-append]
 
 Three sides, each its own headless `memtop train` process on the default config: plain (A);
 `--metrics-port P` scraped at --rate per second by this script (the in-process endpoint: its
@@ -17,12 +18,14 @@ between those step rows (benchmarks/harness/runs.py).
 from __future__ import annotations
 
 import dataclasses
+import http.client
 import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -35,10 +38,15 @@ TARGET = 0.99  # "costs nothing measurable": within 1%, judged against the A/A n
 
 class Scraper:
     """GET ``url`` ``rate`` times a second on a thread, paced (a slow answer is not made up
-    for), from start() until stop(); counts answers, errors and latencies."""
+    for), from start() until stop(); counts answers, errors and latencies. ``keep_alive``: one
+    connection reused, as Prometheus reuses its own (http.client), else a new connection per
+    scrape (urllib, what a script or curl does)."""
 
-    def __init__(self, url: str, rate: float) -> None:
-        self.url, self.every = url, 1.0 / rate
+    def __init__(self, url: str, rate: float, keep_alive: bool = True) -> None:
+        self.url, self.every, self.keep_alive = url, 1.0 / rate, keep_alive
+        parts = urllib.parse.urlsplit(url)
+        self._host, self._port, self._path = parts.hostname, parts.port, parts.path
+        self._conn: http.client.HTTPConnection | None = None
         self.latencies: list[float] = []
         self.errors: list[tuple[float, str]] = []  # (when, what)
         self.closed = False  # the endpoint went away (its run ended) before stop()
@@ -56,10 +64,9 @@ class Scraper:
         while not self._stop.is_set():
             start = time.perf_counter()
             try:
-                with urllib.request.urlopen(self.url, timeout=5) as resp:
-                    body = resp.read()
-                if resp.status != 200 or b"memtop_steps_total{" not in body:
-                    self.errors.append((start, f"status {resp.status}, {len(body)} bytes, "
+                status, body = self._get()
+                if status != 200 or b"memtop_steps_total{" not in body:
+                    self.errors.append((start, f"status {status}, {len(body)} bytes, "
                                                "no memtop_steps_total"))
             except OSError as exc:
                 if self._stop.is_set():
@@ -78,10 +85,30 @@ class Scraper:
             self._stop.wait(max(0.0, due - time.perf_counter()))
         self.seconds = time.perf_counter() - t0
 
+    def _get(self) -> tuple[int, bytes]:
+        if not self.keep_alive:
+            with urllib.request.urlopen(self.url, timeout=5) as resp:
+                return resp.status, resp.read()
+        for attempt in (1, 2):  # a kept connection the server closed: one new one
+            if self._conn is None:
+                self._conn = http.client.HTTPConnection(self._host, self._port, timeout=5)
+            try:
+                self._conn.request("GET", self._path)
+                resp = self._conn.getresponse()
+                return resp.status, resp.read()
+            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+                self._conn.close()
+                self._conn = None
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
     def stop(self) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(10)
+        if self._conn is not None:
+            self._conn.close()
 
 
 def free_port() -> int:
@@ -108,6 +135,8 @@ def options(ap) -> None:
                     "10 s of scraping after --skip (default config, fp32: ~150 here)")
     ap.add_argument("--skip", type=int, default=20, help="first steps left out")
     ap.add_argument("--rate", type=float, default=100.0, help="scrapes per second")
+    ap.add_argument("--new-connection", action="store_true", help="a new connection per "
+                    "scrape (urllib) instead of one kept alive, as Prometheus keeps it")
     ap.quiet(max_wait=900)
     ap.amp()
     ap.smoke()
@@ -131,10 +160,11 @@ def main(args) -> None:
                 if side == "in-process":
                     port = free_port()
                     extra = ("--metrics-port", str(port))
-                    scraper = Scraper(f"http://127.0.0.1:{port}/metrics", args.rate)
+                    scraper = Scraper(f"http://127.0.0.1:{port}/metrics", args.rate,
+                                      not args.new_connection)
                 elif side == "memtop metrics":
                     proc, url = exporter(root)
-                    scraper = Scraper(url, args.rate)
+                    scraper = Scraper(url, args.rate, not args.new_connection)
                 try:
                     res = run_headless(args.steps, args.skip, timeout, extra=extra, root=root,
                                        on_start=scraper.start if scraper else None)
@@ -158,11 +188,13 @@ def main(args) -> None:
     pairs = run_pairs(args, "plain", sides, wait=False, show=False)
     rows, verdicts, figures = [], [], []
     for side in pairs.ratios:
-        what = f"{side}, scraped {args.rate:g}/s / plain, tokens/s"
+        what = f"{side}, scraped {args.rate:g}/s / plain, tokens/s" + \
+            (" (a new connection per scrape)" if args.new_connection else "")
         row, v = pairs.row(side, what, TARGET)
         rows.append(row)
         verdicts.append(f"{side}: {v}")
-        fid = "metrics_scrape/" + ("in_process" if side == "in-process" else "exporter")
+        fid = "metrics_scrape/" + ("in_process" if side == "in-process" else "exporter") + \
+            ("_new_connection" if args.new_connection else "")
         errors = sum(len(s.errors) for s in scrapes.get(side, []))
         fig = pairs.figure(fid, what, side, TARGET)
         figures.append(fig if not errors else dataclasses.replace(
@@ -182,7 +214,10 @@ def main(args) -> None:
         f"Config: `memtop train --headless` defaults{options}"
         f", {args.steps} steps per run, tokens/s over steps {args.skip}..{args.steps}. Scraped "
         f"{args.rate:g} times a second from step {args.skip} to the run's end by a thread of "
-        f"the benchmark (urllib, one connection per scrape). {args.pairs} rounds of [plain, "
+        f"the benchmark ("
+        + ("urllib, one connection per scrape" if args.new_connection else
+           "http.client, one connection kept alive, as Prometheus keeps it")
+        + f"). {args.pairs} rounds of [plain, "
         f"in-process, memtop metrics, plain'] (odd rounds reversed). "
         f"{pairs.note()} Wall time {pairs.minutes:.1f} min.\n\n"
         f"{RATIO_HEADER}\n" + "\n".join(rows) + "\n\n" + "\n".join(lines) + "\n\n"
