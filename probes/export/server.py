@@ -105,6 +105,7 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "memtop"
     timeout = IDLE_S
+    disable_nagle_algorithm = True  # an answer is one write; a kept connection never waits
     server: _Server
 
     def do_GET(self) -> None:  # noqa: N802 (http.server's names)
@@ -131,13 +132,14 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _send(self, code: int, headers: list[tuple[str, str]], body: bytes,
               head: bool) -> None:
-        self.send_response_only(code)
-        for name, value in headers:
-            self.send_header(name, value)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        if not head:
-            self.wfile.write(body)
+        # the head and the body in one write: two small writes on a kept connection wait for
+        # the peer's delayed ACK (~40 ms a scrape)
+        lines = [f"{self.protocol_version} {code} {self.responses[code][0]}",
+                 f"Server: {self.version_string()}", f"Date: {self.date_time_string()}",
+                 *(f"{name}: {value}" for name, value in headers),
+                 f"Content-Length: {len(body)}"]
+        self.wfile.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+                         + (b"" if head else body))
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base's name)
         """Not logged."""
