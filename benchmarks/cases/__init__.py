@@ -102,9 +102,10 @@ CASES = (
          "measured vs its formula, the cache-off baseline", "the whole command < 1 min", "~2 min"),
     # export/
     Case("metrics_scrape", "export", "training tokens/s with and without 100 scrapes a second: "
-         "--metrics-port in the process, `memtop metrics` beside the run; rounds [plain, "
-         "in-process, exporter, plain'] with A/A; every scrape's answer checked",
-         "each ≥ 0.99 × plain, no scrape error", "~6 min"),
+         "--metrics-port in the process, `memtop metrics` beside the run, and the control: a "
+         "static endpoint scraped the same way; rounds [plain, in-process, exporter, static, "
+         "plain'] with A/A; one kept connection (--new-connection: one per scrape); every "
+         "scrape's answer checked", "each ≥ 0.99 × plain, no scrape error", "~8 min"),
     Case("kill9_loss", "export", "what a kill -9 takes from metrics.jsonl: a child publishing a "
          "row every ~1 ms through memtop's writer, killed at random moments",
          "at most the last ~0.5 s of rows (the flush interval)", "~30 s"),
