@@ -92,16 +92,28 @@ def _check_text(check: dict[str, Any] | None) -> str:
             + "; ".join(parts) + ".")
 
 
-def render(section: dict[str, Any], report: dict[str, Any]) -> list[str]:
+def opening(section: dict[str, Any], key: str, kind: str, what: str) \
+        -> tuple[list[str], dict[str, Any] | None]:
+    """The section's title and the window's data; where no window finished (the cancelled
+    ones' reasons) or its event lacks a field, the whole section and None. Shared with
+    `memtop infer`'s section (infer_attribution.py)."""
     md = ["## Which module holds the memory", ""]
-    data = section.get("attribution")
+    data = section.get(key)
     if not data:
         reasons = "; ".join(f"step {c['step']}: {c['reason']}"
                             for c in section.get("attribution_cancelled") or [])
-        return md + [f"No memory attribution window finished ({reasons}).", ""]
-    text = incomplete(R.MEMORY_ATTRIBUTION, data)
+        return md + [f"No {what} finished ({reasons}).", ""], None
+    text = incomplete(kind, data)
     if text:
-        return md + [text, ""]
+        return md + [text, ""], None
+    return md, data
+
+
+def render(section: dict[str, Any], report: dict[str, Any]) -> list[str]:
+    md, data = opening(section, "attribution", R.MEMORY_ATTRIBUTION,
+                       "memory attribution window")
+    if data is None:
+        return md
     steps = data.get("steps") or []
     md += [f"Window of {len(steps)} measured step(s) ({', '.join(map(str, steps))}) after "
            f"{data.get('warmup_steps')} warm-up, opened by {data.get('trigger')}; "

@@ -9,7 +9,7 @@ from typing import Any
 
 from probes import records as R
 from probes.analysis.report.context import ReportContext, shown_fields
-from probes.records import incomplete
+from probes.analysis.report.sections.attribution import opening
 from probes.records.infer_attribution import at_level, blocks_level, groups, rows_of, sorted_rows
 from probes.tools.tables import markdown_table
 from probes.tools.units import format_bytes
@@ -48,15 +48,9 @@ def table_rows(data: dict[str, Any]) -> list[list[Any]]:
 
 
 def render(section: dict[str, Any], report: dict[str, Any]) -> list[str]:
-    md = ["## Which module holds the memory", ""]
-    data = section.get("infer_attribution")
-    if not data:
-        reasons = "; ".join(f"step {c['step']}: {c['reason']}"
-                            for c in section.get("attribution_cancelled") or [])
-        return md + [f"No memory window finished ({reasons}).", ""]
-    text = incomplete(R.INFER_ATTRIBUTION, data)
-    if text:
-        return md + [text, ""]
+    md, data = opening(section, "infer_attribution", R.INFER_ATTRIBUTION, "memory window")
+    if data is None:
+        return md
     md += [f"Request {data.get('request')}'s prefill (step {data.get('prefill_step')}) and "
            f"first decode step ({data.get('decode_step', 'none')}), opened by "
            f"{data.get('trigger')}; {data.get('modules_hooked')} modules hooked. Windows in "
