@@ -41,6 +41,10 @@ class LiveEvents:
             self.ledger.set_placeholder("inference: no training ledger; the KV cache pane "
                                         "and the admission line above are its ledger")
 
+    def _request_done(self: Any, event: Event) -> None:
+        """No toast: a request ends every second or so, and its TTFT and decode times are in
+        the phases pane already (a toast each covered the panes in a pile)."""
+
     def _admission(self: Any, event: Event) -> None:
         if self.admission is not None:
             self.admission.show(event.data)
@@ -175,6 +179,7 @@ class LiveEvents:
 LIVE_EVENTS: dict[str, Callable[[Any, Event], None]] = {
     R.RUN_STARTED: LiveEvents._run_started,
     R.ADMISSION: LiveEvents._admission,
+    R.REQUEST_DONE: LiveEvents._request_done,
     R.LEAK_SUSPECTED: LiveEvents._leak_suspected,
     R.LEAK_CLEARED: LiveEvents._leak_cleared,
     R.LEAK_CULPRIT: LiveEvents._leak_culprit,

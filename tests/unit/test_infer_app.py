@@ -39,6 +39,8 @@ async def test_infer_dashboard_shows_the_cache_growing(tmp_path, size):
                 assert "eval·inference_mode·no scaler" in app.header_bar.text
             await wait_for(pilot, lambda: app.run_state.finished, "the run's end")
             assert "none: inference" in app.panes["loss"].range_line
+            # no toast per request (they piled over the panes): the phases pane has them
+            assert not [n for n in app._notifications if "TTFT" in n.message]
             app.save_screenshot(str(tmp_path / "infer.svg"))
     finally:
         app.shutdown(timeout_s=60)
