@@ -78,31 +78,23 @@ async def main_run(out: Path, root: Path, steps_before: int, timeout_s: float) -
         await pilot.press("escape")
         await pilot.pause(0.3)
 
-        if ONLY and "profiler.svg" not in ONLY:
-            pass
-        elif app.can("profile"):
-            await pilot.press("p")
-            if await wait_for(pilot, lambda: bool(app.ops_table.ops), timeout_s):
+        for name, request, key, ready, what in (
+                ("profiler.svg", "profile", "p", lambda: bool(app.ops_table.ops),
+                 "profiler window"),
+                ("modules.svg", "attribute", "a", lambda: app.modules_table.loaded,
+                 "memory window")):
+            if ONLY and name not in ONLY:
+                continue
+            if not app.can(request):
+                print(f"skipped {name}: no {what} in this build", file=sys.stderr)
+                continue
+            await pilot.press(key)
+            if await wait_for(pilot, ready, timeout_s):
                 app.clear_notifications()
                 await settle(app, pilot)
-                save(app, out, "profiler.svg")
+                save(app, out, name)
             else:
-                print("skipped profiler.svg: no table arrived", file=sys.stderr)
-        else:
-            print("skipped profiler.svg: no profiler window in this build", file=sys.stderr)
-
-        if ONLY and "modules.svg" not in ONLY:
-            pass
-        elif app.can("attribute"):
-            await pilot.press("a")
-            if await wait_for(pilot, lambda: app.modules_table.loaded, timeout_s):
-                app.clear_notifications()
-                await settle(app, pilot)
-                save(app, out, "modules.svg")
-            else:
-                print("skipped modules.svg: no memory window's table arrived", file=sys.stderr)
-        else:
-            print("skipped modules.svg: no memory window in this build", file=sys.stderr)
+                print(f"skipped {name}: no {what}'s table arrived", file=sys.stderr)
 
         await pilot.press("l")
         if await wait_for(pilot, lambda: app.leak_banner.shown, timeout_s):

@@ -20,6 +20,7 @@ import torch
 
 from probes import records as R
 from probes.instruments.infer_attribution import InferWindow
+from probes.instruments.tensor_bytes import unique_bytes
 from probes.monitor.session import RunSession
 from trainer.infer_profile import PhaseProfiler
 from trainer.model import GPT, KVCache
@@ -101,14 +102,11 @@ class InferMemoryWindows:
             self.cancel(step, reason)
 
     def _kv_by_module(self, cache: KVCache) -> dict[str, int]:
+        """Each layer's K and V storages, credited to that layer's attention module."""
         out: dict[str, int] = {}
         for layer, owner in enumerate(self._kv_owner):
-            seen: dict[int, int] = {}
-            for t in (cache.k[layer], cache.v[layer]):
-                if t is not None:
-                    storage = t.untyped_storage()
-                    seen[storage.data_ptr()] = storage.nbytes()
-            out[owner] = out.get(owner, 0) + sum(seen.values())
+            kept = [t for t in (cache.k[layer], cache.v[layer]) if t is not None]
+            out[owner] = out.get(owner, 0) + unique_bytes(kept)[0]
         return out
 
 

@@ -203,13 +203,21 @@ def profile_text(phase: str | None, requested: bool, available: bool,
     """The profiler part of the status line; ``done_window``: the last window whose table
     came, named by its traced steps (its top ops are on screen: "off" alone read as if none
     had run)."""
+    return window_text("profiler", phase, requested, available,
+                       f"done, {done_window}" if done_window is not None else None)
+
+
+def window_text(label: str, phase: str | None, requested: bool, available: bool,
+                done: str | None) -> str:
+    """A window's part of the status line (the profiler's, the memory window's): "n/a" where
+    the run has none, else its phase, "requested", what its last one did, or "off"."""
     if not available:
-        return "profiler: n/a"
+        return f"{label}: n/a"
     if phase is not None:
-        return f"profiler: {phase}"
+        return f"{label}: {phase}"
     if requested:
-        return "profiler: requested"
-    return f"profiler: done, {done_window}" if done_window is not None else "profiler: off"
+        return f"{label}: requested"
+    return f"{label}: {done if done is not None else 'off'}"
 
 
 def leak_demo_text(kind: str | None, active: bool, since: int | None, toggling: bool,

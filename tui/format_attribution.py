@@ -27,7 +27,7 @@ from probes.records.attribution import (
     totals,
 )
 from probes.tools.units import format_bytes
-from tui.format import fit
+from tui.format import fit, window_text
 
 # the table's columns: (row key, title); "share" is the row's held bytes over the step's peak
 COLUMNS = (("params_bytes", "params"), ("grads_bytes", "grads"), ("optimizer_bytes", "opt"),
@@ -186,10 +186,5 @@ def table_title(step: int, data: Mapping[str, Any], sort_key: str) -> str:
 def attribution_text(phase: str | None, requested: bool, available: bool,
                      done_step: int | None) -> str:
     """The attribution window's part of the status line."""
-    if not available:
-        return "modules: n/a"
-    if phase is not None:
-        return f"modules: {phase}"
-    if requested:
-        return "modules: requested"
-    return f"modules: done at step {done_step}" if done_step is not None else "modules: off"
+    return window_text("modules", phase, requested, available,
+                       f"done at step {done_step}" if done_step is not None else None)

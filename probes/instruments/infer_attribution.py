@@ -22,8 +22,8 @@ import torch
 
 from probes import records as R
 from probes.instruments.modmemory import ModuleMeter, PeakReader, StepFigures
-from probes.records.attribution import ancestor, depth
-from probes.records.infer_attribution import SUMMED, infer_attribution_hints
+from probes.records.attribution import depth
+from probes.records.infer_attribution import fold, infer_attribution_hints
 
 MAX_ROWS = 300  # deeper rows fold into their ancestors until the event keeps at most these
 PEAK_RULE_CPU = ("forward peak: the heap in use (mallinfo2) read at each module's entry and "
@@ -115,16 +115,7 @@ def bounded(rows: list[dict[str, Any]], max_rows: int = MAX_ROWS) -> list[dict[s
     level = max((depth(str(r["module"])) for r in rows), default=0)
     while len(rows) > max_rows and level > 1:
         level -= 1
-        out: dict[str, dict[str, Any]] = {}
-        for row in rows:
-            key = ancestor(str(row["module"]), level)
-            target = out.setdefault(key, {"module": key, "params_bytes": 0,
-                                          "kv_cache_bytes": 0})
-            if key == row["module"]:  # its own peaks, times and calls
-                target.update({k: v for k, v in row.items() if k not in SUMMED})
-            for k in SUMMED:
-                target[k] = int(target.get(k, 0)) + int(row.get(k) or 0)
-        rows = list(out.values())
+        rows = list(fold(rows, level).values())
     return rows
 
 

@@ -62,25 +62,30 @@ def blocks_level(rows: list[dict[str, Any]]) -> int:
     return 1
 
 
-def at_level(rows: list[dict[str, Any]], level: int) -> list[dict[str, Any]]:
-    """Each module at ``level`` with its subtree's parameters and cache and its own peaks; a
-    shallower module (the model's own code, ``transformer``) keeps only what is its own and is
-    shown only when it holds anything of its own or has no children in the table."""
+def fold(rows: Iterable[Mapping[str, Any]], level: int) -> dict[str, dict[str, Any]]:
+    """Rows deeper than ``level`` added into their ancestor there: parameters and cache summed,
+    the ancestor's own peaks, times and calls kept (a peak is never summed)."""
     out: dict[str, dict[str, Any]] = {}
     for row in rows:
         name = str(row.get("module", ""))
         key = ancestor(name, level)
         target = out.setdefault(key, {"module": key, **dict.fromkeys(SUMMED, 0),
                                       **dict.fromkeys(PEAKS)})
+        if key == name:
+            target.update({k: v for k, v in row.items() if k not in SUMMED})
         for k in SUMMED:
             target[k] += _int(row, k)
-        if key == name:
-            for k in PEAKS:
-                target[k] = _peak(row, k)
+    return out
+
+
+def at_level(rows: list[dict[str, Any]], level: int) -> list[dict[str, Any]]:
+    """Each module at ``level`` with its subtree's parameters and cache and its own peaks; a
+    shallower module (the model's own code, ``transformer``) keeps only what is its own and is
+    shown only when it holds anything of its own."""
     deeper = {ancestor(str(r.get("module", "")), depth(str(r.get("module", ""))) - 1)
               for r in rows if depth(str(r.get("module", ""))) > 0}
     shown = []
-    for name, row in out.items():
+    for name, row in fold(rows, level).items():
         if depth(name) < level and name in deeper:  # a parent: its own code's bytes only
             if not any(row[k] for k in SUMMED):
                 continue
@@ -184,5 +189,5 @@ def infer_attribution_summary(d: Mapping[str, Any]) -> str:
 
 
 __all__ = ["INFER_ATTRIBUTION_FIELDS", "INFER_ROW_FIELDS", "at_level", "blocks_level",
-           "groups", "infer_attribution_hints", "infer_attribution_summary", "largest",
+           "fold", "groups", "infer_attribution_hints", "infer_attribution_summary", "largest",
            "rows_of", "sorted_rows"]

@@ -99,10 +99,12 @@ def conv_loss(model, x, y):
 
 
 # ---- one step under each tool -----------------------------------------------------------------
-def train_step(model, opt, loss_fn, x, y, amp=None, scaler=None):
-    with torch.autocast("cpu", dtype=amp or torch.float32, enabled=amp is not None):
-        loss = loss_fn(model, x, y)
-    (scaler.scale(loss) if scaler is not None else loss).backward()
+def train_step(model, opt, loss_fn, x, y, amp=None, scaler=None, micro=1):
+    """One optimizer step over ``micro`` forward/backward passes of the same batch."""
+    for _ in range(micro):
+        with torch.autocast("cpu", dtype=amp or torch.float32, enabled=amp is not None):
+            loss = loss_fn(model, x, y)
+        (scaler.scale(loss) if scaler is not None else loss / micro).backward()
     if scaler is not None:
         scaler.step(opt)
         scaler.update()
@@ -119,18 +121,8 @@ def memtop_window(tmp_path, model, opt, loss_fn, batch, amp=None, scaler=None, m
                  max_steps=4) as mon:
         for _ in range(4):
             with mon.step() as s:
-                for _ in range(micro):
-                    with torch.autocast("cpu", dtype=amp or torch.float32,
-                                        enabled=amp is not None):
-                        loss = loss_fn(model, *batch)
-                    (scaler.scale(loss) if scaler is not None else loss / micro).backward()
-                if scaler is not None:
-                    scaler.step(opt)
-                    scaler.update()
-                else:
-                    opt.step()
-                opt.zero_grad(set_to_none=True)
-                s.set(loss=loss)
+                s.set(loss=train_step(model, opt, loss_fn, *batch, amp=amp, scaler=scaler,
+                                      micro=micro))
     assert mon.attribution.last is not None, "the window wrote no memory_attribution"
     return mon.attribution.last
 
