@@ -42,6 +42,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from probes.tools.stats import least_squares, matrix_rank
+
 FIT_VERSION = 1
 FIT_FILE = "fit.json"
 OK, OVER, OOM, GUARD, FAILED, INTERRUPTED, NOT_RUN = (
@@ -115,22 +117,6 @@ def parts_for(device: str) -> tuple[PartSpec, ...]:
 # ---- fitting --------------------------------------------------------------------------------
 def _features(b: float, t: float, quadratic: bool) -> list[float]:
     return [1.0, b * t, b * t * t] if quadratic else [1.0, b * t]
-
-
-def _lstsq(rows: list[list[float]], ys: list[float]) -> list[float]:
-    import numpy as np
-
-    a = np.asarray(rows, dtype=float)
-    scale = np.maximum(np.abs(a).max(axis=0), 1.0)  # columns of 1, ~10³, ~10⁵: conditioned
-    coef, *_ = np.linalg.lstsq(a / scale, np.asarray(ys, dtype=float), rcond=None)
-    return [float(c) for c in coef / scale]
-
-
-def _rank(rows: list[list[float]]) -> int:
-    import numpy as np
-
-    a = np.asarray(rows, dtype=float)
-    return int(np.linalg.matrix_rank(a / np.maximum(np.abs(a).max(axis=0), 1.0)))
 
 
 def ok_points(points: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -226,7 +212,7 @@ def _step_bytes(fit: dict[str, Any], b: float, t: float) -> float:
 def _fit_parts(pts: list[dict[str, Any]], specs: Sequence[PartSpec],
                quadratic: bool) -> list[dict[str, Any]]:
     rows = [_features(p["batch_size"], p["seq_len"], quadratic) for p in pts]
-    if _rank(rows) < len(rows[0]):
+    if matrix_rank(rows) < len(rows[0]):
         raise FitError("the probe points do not separate the terms "
                        f"({', '.join(['1', 'B·T', 'B·T²'][:len(rows[0])])}): they need more "
                        "distinct sizes")
@@ -243,7 +229,7 @@ def _fit_parts(pts: list[dict[str, Any]], specs: Sequence[PartSpec],
         elif spec.follows:
             entry["coef"], entry["share"] = _follow(pts, ys, spec.follows, out)
         else:
-            entry["coef"] = _lstsq(rows, ys)
+            entry["coef"] = least_squares(rows, ys)
         out.append(entry)
     order = [sp.name for sp in specs]
     return sorted(out, key=lambda e: order.index(e["name"]))
@@ -268,7 +254,7 @@ def _follow(pts: list[dict[str, Any]], ys: list[float], names: tuple[str, ...],
 
 def _fit_scores(pts: list[dict[str, Any]], quadratic: bool) -> list[float]:
     rows = [_features(p["batch_size"], p["seq_len"], quadratic) for p in pts]
-    return _lstsq(rows, [float(p.get("scores_bytes") or 0) for p in pts])
+    return least_squares(rows, [float(p.get("scores_bytes") or 0) for p in pts])
 
 
 def _total_coef(parts: list[dict[str, Any]], index: int) -> float:

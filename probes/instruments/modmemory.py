@@ -37,7 +37,7 @@ from typing import Any
 import torch
 
 from probes.counters.memory import heap_counters
-from probes.instruments.tensor_bytes import classify, storage_key
+from probes.instruments.tensor_bytes import classify, storage_key, tensors_in, unique_bytes
 
 _in_backward: Callable[[], int] = torch._C._current_graph_task_id  # -1 outside backward
 _top_hooks: Callable[[bool], Any] = torch._C._autograd._top_saved_tensors_default_hooks
@@ -263,7 +263,7 @@ class ModuleMeter:
             foreign = top is not None and top[0] != self._pack_fn
             if foreign and not (parent is not None and parent.foreign):
                 self._keep_inputs(name, parent.name if parent else None, args)
-            nbytes = _input_bytes(args)
+            nbytes = unique_bytes(tensors_in(args))[0]
             if nbytes > self._inputs.get(name, 0):
                 self._inputs[name] = nbytes
             stack.append(_Frame(name, now, now or 0, t0, foreign))
@@ -331,7 +331,7 @@ class ModuleMeter:
         checkpoint saved as its caller's a moment ago."""
         figures = self._pass.setdefault(name, ModuleFigures())
         figures.checkpointed = True
-        for t in _tensors(args):
+        for t in tensors_in(args):
             key = storage_key(t)
             if key is None or key[:3] in self._param_keys:
                 continue
@@ -388,22 +388,3 @@ class ModuleMeter:
 
 def _unpack(t: torch.Tensor) -> torch.Tensor:
     return t
-
-
-def _tensors(args: Any) -> list[torch.Tensor]:
-    if isinstance(args, torch.Tensor):
-        return [args]
-    if isinstance(args, (tuple, list)):
-        return [t for a in args for t in _tensors(a)]
-    if isinstance(args, dict):
-        return [t for a in args.values() for t in _tensors(a)]
-    return []
-
-
-def _input_bytes(args: Any) -> int:
-    seen: dict[tuple, int] = {}
-    for t in _tensors(args):
-        key = storage_key(t)
-        if key is not None:
-            seen[key[:3]] = key[3]
-    return sum(seen.values())

@@ -34,6 +34,17 @@ def storage_key(t: torch.Tensor) -> tuple[str, int | None, int, int] | None:
     return t.device.type, t.device.index, ptr, nbytes
 
 
+def tensors_in(args: Any) -> list[torch.Tensor]:
+    """The tensors in a module call's arguments (nested tuples, lists and dicts)."""
+    if isinstance(args, torch.Tensor):
+        return [args]
+    if isinstance(args, (tuple, list)):
+        return [t for a in args for t in tensors_in(a)]
+    if isinstance(args, dict):
+        return [t for a in args.values() for t in tensors_in(a)]
+    return []
+
+
 def unique_bytes(tensors: Any) -> tuple[int, set[tuple]]:
     """Bytes of the distinct storages behind ``tensors`` (views and tied weights counted once)."""
     seen: dict[tuple, int] = {}

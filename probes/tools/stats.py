@@ -26,6 +26,26 @@ def theil_sen_slope(xs: Sequence[float], ys: Sequence[float]) -> float:
     return statistics.median(slopes) if slopes else 0.0
 
 
+def least_squares(rows: list[list[float]], ys: list[float]) -> list[float]:
+    """The coefficients that fit ``ys`` from ``rows`` best, each column scaled first (columns
+    of 1, ~10³ and ~10⁵, as memtop fit's 1, B·T and B·T², stay well conditioned)."""
+    import numpy as np
+
+    a = np.asarray(rows, dtype=float)
+    scale = np.maximum(np.abs(a).max(axis=0), 1.0)
+    coef, *_ = np.linalg.lstsq(a / scale, np.asarray(ys, dtype=float), rcond=None)
+    return [float(c) for c in coef / scale]
+
+
+def matrix_rank(rows: list[list[float]]) -> int:
+    """The rank of ``rows`` with the same column scaling: below its columns, a fit on them
+    would be underdetermined."""
+    import numpy as np
+
+    a = np.asarray(rows, dtype=float)
+    return int(np.linalg.matrix_rank(a / np.maximum(np.abs(a).max(axis=0), 1.0)))
+
+
 # building ----------------------------------------------------------------------------------------
 
 
