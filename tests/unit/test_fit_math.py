@@ -8,10 +8,24 @@ import json
 import math
 
 import pytest
+from fit_points import (
+    ACT_BT,
+    ACT_BT2,
+    BETA,
+    GRID,
+    MIB,
+    OPT,
+    PARAMS,
+    RUNTIME,
+    TMP0,
+    TMP_BT,
+    cpu_point,
+    fit_meta,
+    true_peak,
+)
 
 from probes.analysis.fit import (
     GUARD,
-    OK,
     OVER,
     FitError,
     band_at,
@@ -25,42 +39,6 @@ from probes.analysis.fit_file import fit_document, read_fit, verification, write
 from probes.analysis.fit_plan import probe_grid
 from probes.analysis.fit_text import WIDTH, fit_lines, headline
 from probes.runfolder import RunFolderError
-from probes.tools.units import format_bytes
-
-MIB = 1024 * 1024
-PARAMS, OPT, RUNTIME, OUTSIDE, GRADS = 3 * MIB, 6 * MIB, 120 * MIB, 280 * MIB, 3 * MIB
-ACT_BT, ACT_BT2 = 40_000.0, 64.0  # bytes per B·T and per B·T² (T×T scores)
-TMP0, TMP_BT = 150_000.0, 1_000.0
-BWD0, BETA = -2 * MIB, 0.5  # backward's part: a constant plus half the step's tensors
-
-
-def cpu_point(b: int, t: int, quadratic: bool = True, noise: float = 0.0,
-              rest_extra: float = 0.0, act_noise: float = 0.0) -> dict:
-    """A probe point whose parts follow the laws above exactly (``noise``: the backward part
-    off its law by this share of the peak, ``rest_extra``: runtime heap the probe's history
-    added)."""
-    acts = ACT_BT * b * t + (ACT_BT2 * b * t * t if quadratic else 0)
-    acts += act_noise * true_peak(b, t, quadratic)  # data-dependent shapes: off their law
-    tmp = TMP0 + TMP_BT * b * t
-    bwd = BWD0 + BETA * (acts + tmp)
-    bwd += noise * true_peak(b, t, quadratic)  # off the trend by this share of the peak
-    parts = {"parameters": PARAMS, "optimizer state": OPT, "runtime heap": RUNTIME + rest_extra,
-             "outside the heap": OUTSIDE, "gradients": GRADS, "autocast weight copies": None,
-             "saved activations": acts, "temporaries": tmp, "backward and free heap": bwd}
-    peak = sum(v or 0 for v in parts.values())
-    counter = PARAMS + OPT + RUNTIME + rest_extra + acts + tmp
-    return {"batch_size": b, "seq_len": t, "status": OK, "parts": parts, "peak_bytes": peak,
-            "counter_peak_bytes": counter, "spread": 0.0,
-            "scores_bytes": ACT_BT2 * b * t * t if quadratic else 0}
-
-
-def true_peak(b: float, t: float, quadratic: bool = True) -> float:
-    rest = PARAMS + OPT + RUNTIME + OUTSIDE
-    tensors = TMP0 + (ACT_BT + TMP_BT) * b * t + (ACT_BT2 * b * t * t if quadratic else 0.0)
-    return rest + GRADS + BWD0 + (1 + BETA) * tensors
-
-
-GRID = [(1, 128), (2, 128), (4, 128), (4, 32), (4, 64)]
 
 
 def test_the_grid_runs_smallest_first_and_refuses_an_axis_that_cannot_vary():
@@ -142,8 +120,8 @@ def test_a_noisy_fit_is_called_poor_and_gives_a_range():
     ans = answer(fit, 2048 * MIB, 10.0, 16, 128, 128)
     b = ans["batch"]
     assert b["range"] and b["low"] < b["largest"] < b["high"]
-    assert "–" in headline(fit_document(_meta(), pts, "finished"))  # a range, not a number
-    lines = fit_lines(fit_document(_meta(), pts, "finished"))
+    assert "–" in headline(fit_document(fit_meta(), pts, "finished"))  # a range, not a number
+    lines = fit_lines(fit_document(fit_meta(), pts, "finished"))
     assert any("the fit is poor" in line for line in lines)
 
 
@@ -174,7 +152,7 @@ def test_points_noisier_than_their_sizes_give_no_batch_answer():
     assert fit["poor"]
     ans = answer(fit, 2048 * MIB, 10.0, 16, 128, 128)
     assert ans["batch"]["largest"] is None and "noisier" in ans["batch"]["why"]
-    assert any("none found" in line for line in fit_lines(fit_document(_meta(), pts)))
+    assert any("none found" in line for line in fit_lines(fit_document(fit_meta(), pts)))
 
 
 def test_too_few_or_inseparable_points_make_no_fit():
@@ -198,23 +176,15 @@ def test_refine_points_lie_between_the_probe_and_a_far_answer():
     assert refine_points(fit, near) == []
 
 
-def _meta(**kw) -> dict:
-    return {"device": "cpu", "amp": "off", "attention": "explicit", "params": 842_496,
-            "budget_bytes": 2048 * MIB, "budget_source": "--memory", "headroom_pct": 10.0,
-            "vary": "both", "batch_size": 16, "seq_len": 128, "max_seq_len": 256,
-            "peak_name": "peak RSS", "counter_peak_name": "peak heap used",
-            "peak_source": "process RSS high-water mark (VmHWM)", **kw}
-
-
 def test_fit_json_round_trips_and_a_partial_probe_is_a_valid_file(tmp_path):
     pts = [cpu_point(b, t) for b, t in GRID[:1]]
-    doc = fit_document(_meta(), pts, "interrupted")  # one point: no fit, said why
+    doc = fit_document(fit_meta(), pts, "interrupted")  # one point: no fit, said why
     assert doc["fit"] is None and "at least 2" in doc["fit_error"]
     write_fit(tmp_path, doc)
     back = read_fit(tmp_path)
     assert back["state"] == "interrupted" and back["points"] == json.loads(json.dumps(pts))
     assert any("no fit:" in line for line in fit_lines(back))
-    full = fit_document(_meta(), [cpu_point(b, t) for b, t in GRID], "finished")
+    full = fit_document(fit_meta(), [cpu_point(b, t) for b, t in GRID], "finished")
     write_fit(tmp_path, full)
     assert read_fit(tmp_path)["answer"]["batch"]["largest"] == full["answer"]["batch"][
         "largest"]
@@ -228,7 +198,7 @@ def test_fit_json_round_trips_and_a_partial_probe_is_a_valid_file(tmp_path):
 
 
 def test_verification_rows_say_whether_the_run_agreed():
-    doc = fit_document(_meta(), [cpu_point(b, t) for b, t in GRID], "finished")
+    doc = fit_document(fit_meta(), [cpu_point(b, t) for b, t in GRID], "finished")
     b = doc["answer"]["batch"]["largest"]
     under = dict(cpu_point(b, 128))
     row = verification("largest B", under, doc, True, 0, "verify/x")
@@ -245,7 +215,7 @@ def test_verification_rows_say_whether_the_run_agreed():
 
 
 def test_the_screen_fits_80_columns():
-    doc = fit_document(_meta(), [cpu_point(b, t) for b, t in GRID], "finished")
+    doc = fit_document(fit_meta(), [cpu_point(b, t) for b, t in GRID], "finished")
     lines = fit_lines(doc)
     assert all(len(line) <= WIDTH for line in lines), [ln for ln in lines if len(ln) > WIDTH]
     text = "\n".join(lines)
@@ -265,8 +235,8 @@ def test_the_report_and_compare_read_fit_json(tmp_path):
 
     a = write_run(tmp_path / "a", seq_len=128)
     b = write_run(tmp_path / "b", seq_len=128, attention="sdpa")
-    write_fit(a, fit_document(_meta(), [cpu_point(x, t) for x, t in GRID], "finished"))
-    write_fit(b, fit_document(_meta(attention="sdpa"), [cpu_point(x, t, quadratic=False)
+    write_fit(a, fit_document(fit_meta(), [cpu_point(x, t) for x, t in GRID], "finished"))
+    write_fit(b, fit_document(fit_meta(attention="sdpa"), [cpu_point(x, t, quadratic=False)
                                                        for x, t in GRID], "finished"))
     md = write_report(a).read_text()
     assert "## Will it fit?" in md and "**fits B ≤ " in md and "largest B at T=128" in md
@@ -283,152 +253,3 @@ def test_the_report_and_compare_read_fit_json(tmp_path):
     assert compare_runs([a, b])["comparisons"][0]["fit"]["a"]["error"]
     plain = write_run(tmp_path / "plain")
     assert "Will it fit" not in write_report(plain).read_text()
-
-
-# ---- what a new user read on the screen (issue 41's follow-up) -------------------------------
-def test_nothing_fits_is_said_with_what_the_smallest_point_needs():
-    """The smallest point measured over the budget: the screen says nothing fits and what
-    that point needs beside what the process holds, not "0 probe point(s) measured"; the
-    probe ended for the budget, so `memtop fit` exits 3."""
-    from tui.fit_run import finished_code
-
-    over = dict(cpu_point(1, 128), status=OVER, reason="its peak is over the budget")
-    rest = [{"batch_size": b, "seq_len": t, "status": "not run",
-             "reason": "a smaller point was over the budget"} for b, t in GRID[1:]]
-    doc = fit_document(_meta(budget_bytes=300 * MIB, held_bytes=233 * MIB), [over, *rest],
-                       "finished")
-    text = "\n".join(fit_lines(doc))
-    peak = format_bytes(over["peak_bytes"])
-    assert f"nothing fits 300 MiB: B=1 T=128, the smallest point, needs {peak}" in \
-        text.replace("\n", " ")
-    assert "holds ~233 MiB" in text and "probe point(s) measured" not in text
-    assert f"{peak}  over budget" in text  # the point's own figure in the table
-    assert finished_code(doc) == 3
-    assert finished_code(fit_document(_meta(), [cpu_point(b, t) for b, t in GRID],
-                                      "finished")) == 0
-    ran = fit_document(_meta(), [cpu_point(1, 128), dict(cpu_point(4, 32), status=OVER)],
-                       "finished")  # B=1 fits, the next point does not: still no answer
-    assert finished_code(ran) == 3 and "ran under it, B=4 T=32 did not" in " ".join(
-        fit_lines(ran))
-
-
-def test_refine_points_are_not_counted_past_the_planned_total():
-    import io
-
-    from probes.records import Event
-    from tui.fit_run import PointPrinter
-
-    out = io.StringIO()
-    printer = PointPrinter(2, out)
-    for i, role in enumerate(("probe", "probe", "refine", "refine")):
-        printer(Event("fit_point", i, 0.0, dict(cpu_point(1 + i, 128), role=role)))
-    labels = [line.split("  ")[0] for line in out.getvalue().splitlines()]
-    assert labels == ["point 1/2", "point 2/2", "refine 1", "refine 2"]
-
-
-def test_the_rest_levels_drift_is_a_whole_sentence_that_says_which_figure_is_which():
-    pts = [cpu_point(b, t, rest_extra=11 * MIB * i) for i, (b, t) in enumerate(GRID)]
-    text = " ".join(fit_lines(fit_document(_meta(), pts, "finished")))
-    assert "the rest level grew 44.0 MiB over the probe" in text
-    assert "the table predicts each point on its own rest level, the answers below on the " \
-           "first point's, as a fresh run holds one shape's caches" in text
-
-
-def test_a_fresh_process_point_widens_the_band_by_its_distance_from_the_prediction():
-    """The probe's largest point again in a fresh process, 3% over the prediction (another
-    process's rest level and heap): not fitted, predicted as an answer is; the band holds it,
-    and the screen shows it beside the probe's points."""
-    pts = [cpu_point(b, t) for b, t in GRID]
-    fresh = dict(cpu_point(4, 128), role="fresh")
-    fresh["peak_bytes"] = round(fresh["peak_bytes"] * 1.03)
-    fit = fit_points([*pts, fresh], "cpu")
-    plain = fit_points(pts, "cpu")
-    assert fit["parts"] == plain["parts"] and fit["max_residual"] == plain["max_residual"]
-    assert fit["run_to_run"] == pytest.approx(0.03 / 1.03, rel=1e-6)
-    assert fit["band"] == pytest.approx(fit["run_to_run"]) and plain["run_to_run"] is None
-    # the fresh process's bytes grow with the step's part: far past the probe, a wider band
-    assert band_at(fit, 64, 128) > band_at(fit, 4, 128) >= fit["run_to_run"] * 0.99
-    assert band_at(plain, 64, 128) == band_at(plain, 4, 128) == 0.0
-    doc = fit_document(_meta(), [*pts, fresh], "finished")
-    lines = fit_lines(doc)
-    row = next(line for line in lines if line.endswith("  fresh"))
-    assert row.split()[:2] == ["4", "128"] and "+2.9%" in row
-    assert "run to run: a fresh process at B=4 T=128 measured" in " ".join(lines)
-
-
-def test_verify_agrees_only_within_the_stated_band():
-    """The largest B measured 1.5% over its prediction where the band says ±x% < 1.5%: under
-    the budget, outside the band, not "agrees"."""
-    doc = fit_document(_meta(), [dict(cpu_point(b, t), spread=0.01) for b, t in GRID],
-                       "finished")
-    b = doc["answer"]["batch"]["largest"]
-    band = band_at(doc["fit"], b, 128)
-    assert 0.005 < band < 0.015
-    point = cpu_point(b, 128)
-    high = dict(point, peak_bytes=round(point["peak_bytes"] * 1.015))
-    row = verification("largest B", high, doc, True, 0, "v")
-    assert row["measured_bytes"] < doc["budget_bytes"]
-    assert row["agrees"] is False and row["verdict"] == "outside the band"
-    assert row["band"] == pytest.approx(band)
-    doc["verification"] = [row]
-    text = " ".join(line.strip() for line in fit_lines(doc))
-    assert f"under the budget, outside the band ±{band:.1%}" in text and ": agrees" not in text
-    inside = dict(point, peak_bytes=round(point["peak_bytes"] * (1 + band / 2)))
-    assert verification("largest B", inside, doc, True, 0, "v")["agrees"] is True
-    limit = doc["answer"]["limit_bytes"]
-    past = dict(point, peak_bytes=limit + MIB)  # under the budget, over its headroom line
-    doc["verification"] = [verification("largest B", past, doc, True, 0, "v")]
-    assert f"over the {format_bytes(limit)} headroom line" in " ".join(
-        line.strip() for line in fit_lines(doc))
-
-
-def test_an_interrupted_verification_is_not_checked():
-    from probes.analysis.fit import INTERRUPTED
-
-    doc = fit_document(_meta(), [cpu_point(b, t) for b, t in GRID], "finished")
-    b = doc["answer"]["batch"]["largest"]
-    stopped = {"batch_size": b, "seq_len": 128, "status": INTERRUPTED,
-               "reason": "interrupted (SIGINT)"}
-    row = verification("largest B", stopped, doc, True, 130, "v")
-    assert row["agrees"] is None and row["exit_code"] == 130
-    doc["verification"] = [row]
-    text = " ".join(fit_lines(doc))
-    assert "not checked: interrupted" in text and "DISAGREES" not in text
-
-
-def test_an_interrupted_point_says_interrupted_once_and_no_fit_is_not_called_above():
-    from probes.analysis.fit import INTERRUPTED
-    from probes.records.event_text import fit_point_text
-
-    stopped = {"batch_size": 4, "seq_len": 32, "status": INTERRUPTED,
-               "reason": "interrupted (SIGINT)"}
-    assert fit_point_text(stopped) == "B=4 T=32: interrupted (SIGINT)"
-    doc = fit_document(_meta(), [cpu_point(1, 128), stopped], "interrupted")
-    lines = fit_lines(doc)
-    assert not any("interrupted: interrupted" in line for line in lines)
-    assert not any("the fit above" in line for line in lines)
-    assert "too few points were measured before the stop" in " ".join(lines)
-
-
-def test_compare_names_a_fit_runs_fields_and_says_why_one_has_no_answer(tmp_path):
-    from factories import write_run
-
-    from probes.analysis.compare.compare import compare_runs
-    from probes.analysis.compare.text import render_markdown
-
-    fit_cfg = {"vary": "both", "memory": 700 * MIB, "headroom_pct": 10.0,
-               "points": [[1, 128], [2, 128]]}
-    a = write_run(tmp_path / "a", seq_len=128, mode="fit", fit=fit_cfg)
-    b = write_run(tmp_path / "b", seq_len=128, mode="fit",
-                  fit=dict(fit_cfg, memory=2048 * MIB, points=[[1, 128]]))
-    write_fit(a, fit_document(_meta(), [cpu_point(1, 128)], "finished"))  # one point: no fit
-    write_fit(b, fit_document(_meta(), [cpu_point(x, t) for x, t in GRID], "finished"))
-    text = render_markdown(compare_runs([a, b]))
-    changed = next(line for line in text.splitlines() if line.startswith("- Changed"))
-    assert "fit.memory 734003200 -> 2147483648" in changed and "{" not in changed
-    assert "points" not in changed  # the planned grid follows B, T and fit.vary
-    no_answer = next(line for line in text.splitlines() if line.startswith("  - A: "))
-    assert "no fit: 1 probe point(s) measured" in no_answer
-    assert "n/a" not in no_answer and "today's size" not in no_answer
-    assert "- tokens/s: n/a: `memtop fit` probes run several shapes" in text
-    assert "Step split" not in text  # phases of several shapes: not compared
