@@ -28,7 +28,8 @@ from trainer.model import GPT, KVCache
 
 class InferMemoryWindows:
     """``want(request, trigger)`` / ``cancel(step, reason)`` from the request socket (at step
-    boundaries, on the inference thread), ``begin``/``measuring``/``end`` from the loop."""
+    boundaries, on the inference thread); ``begin``, ``measuring``, ``after_step`` and
+    ``finish`` from the loop."""
 
     def __init__(self, session: RunSession, model: GPT, device: torch.device, amp: str,
                  shape: dict[str, Any], profiler: PhaseProfiler, requests: int,
@@ -38,7 +39,6 @@ class InferMemoryWindows:
         self.wanted: tuple[int, str] | None = \
             (at_request, "attribute_request") if at_request else None
         self.window: InferWindow | None = None
-        self.measure_decode = False
         names = {id(m): n for n, m in model.named_modules()}
         self._kv_owner: list[str] = [names[id(block.attn)] for block in model.transformer.h]
 
@@ -59,14 +59,14 @@ class InferMemoryWindows:
         """Before the request's prefill (``step``): open the window when it is due here."""
         if self.wanted is None or request < self.wanted[0]:
             return
-        if request == 1 or self.profiler.will_trace(request):
+        if self.profiler.will_trace(request):  # (request 1 is never wanted: ``want``)
             return  # the next request, then
         trigger = self.wanted[1]
         self.wanted = None
-        self.window = InferWindow(self.model, self.device, request, trigger)
-        self.measure_decode = decode_steps > 0
+        phases = (R.PREFILL, R.DECODE) if decode_steps > 0 else (R.PREFILL,)
+        self.window = InferWindow(self.model, self.device, request, trigger, phases)
         self.session.emit(R.ATTRIBUTION_STARTED, step, {
-            "warmup": 0, "steps": 2 if self.measure_decode else 1, "trigger": trigger,
+            "warmup": 0, "steps": len(phases), "trigger": trigger,
             "modules_hooked": self.window.modules_hooked, "request": request})
 
     def measuring(self, phase: str, step: int) -> contextlib.AbstractContextManager[None]:
@@ -79,9 +79,7 @@ class InferMemoryWindows:
     def after_step(self, phase: str, step: int, cache: KVCache) -> None:
         """After a step: the window's event once its steps are measured."""
         window = self.window
-        if window is None or phase not in window.steps:
-            return
-        if phase == R.PREFILL and self.measure_decode:
+        if window is None or phase not in window.steps or not window.measured_all:
             return
         self.window = None
         if window.error is not None:

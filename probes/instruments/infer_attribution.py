@@ -38,8 +38,8 @@ class InferWindow:
     step, then ``event_data(...)`` for the ``infer_attribution`` event."""
 
     def __init__(self, model: torch.nn.Module, device: torch.device, request: int,
-                 trigger: str) -> None:
-        self.request, self.trigger = request, trigger
+                 trigger: str, phases: tuple[str, ...] = (R.PREFILL, R.DECODE)) -> None:
+        self.request, self.trigger, self.phases = request, trigger, phases
         self.device = device
         self.meter = ModuleMeter(model, None, PeakReader(device))
         self.model_class = type(model).__name__
@@ -50,6 +50,11 @@ class InferWindow:
     @property
     def modules_hooked(self) -> int:
         return self.meter.modules_hooked
+
+    @property
+    def measured_all(self) -> bool:
+        """Every phase it measures has had its step."""
+        return all(phase in self.steps for phase in self.phases)
 
     @property
     def error(self) -> str | None:
