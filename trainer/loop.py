@@ -100,11 +100,17 @@ class Trainer(BackgroundRun):
         return self.session.recorder.elapsed_s()
 
     # thread management -------------------------------------------------------------------------
-    def abandon(self, reason: str) -> bool:
+    def abandon(self, reason: str, stuck: str | None = None) -> bool:
         """The process leaves while this thread is still busy: the run is sealed from the
-        calling thread (probes/monitor/session.py, RunSession.abandon)."""
+        calling thread (probes/monitor/session.py, RunSession.abandon; ``stuck``: why its
+        step will never finish)."""
+        return self.session.abandon(reason, self.step_in_flight, stuck)
+
+    @property
+    def step_in_flight(self) -> int | None:
+        """The step this thread is inside now (None between steps and outside the loop)."""
         mon = self.monitor
-        return self.session.abandon(reason, mon.step_in_flight if mon is not None else None)
+        return mon.step_in_flight if mon is not None else None
 
     # the run -------------------------------------------------------------------------------------
     def run(self) -> int:

@@ -20,9 +20,14 @@ import os
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
+from typing import Any
 
 _PR_SET_PDEATHSIG = 1
+# after torchrun's SIGTERM, a step still in flight this long waits on a collective that will
+# never finish (torchrun's agent sends SIGKILL 30 s after its SIGTERM)
+STUCK_AFTER_SIGNAL_S = 12.0
 
 
 def die_with_parent(sig: int = signal.SIGTERM) -> None:
@@ -73,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     cuda = want.startswith("cuda") or (want == "auto" and torch.cuda.is_available())
     device = torch.device(f"cuda:{local}") if cuda else torch.device("cpu")
     control = RunControl()
-    _stop_on_signals(control)
+    signals = _stop_on_signals(control)
     if world > 1:
         dist.init_process_group("nccl" if cuda else "gloo")
     try:
@@ -81,14 +86,35 @@ def main(argv: list[str] | None = None) -> int:
                           hooks=default_hooks(**config.hook_options()),
                           rank=rank if world > 1 else None, device=device, ddp=world > 1)
         trainer.start()
+        signalled_at: float | None = None
         while not trainer.join(timeout=0.2):
-            pass
+            if signals and signalled_at is None:
+                signalled_at = time.monotonic()
+            step = trainer.step_in_flight
+            if signalled_at is not None and step is not None \
+                    and time.monotonic() - signalled_at > STUCK_AFTER_SIGNAL_S:
+                _leave_stuck(trainer, step, signals)
         code = 1 if trainer.exit_code is None else trainer.exit_code
     finally:
         if world > 1 and dist.is_initialized():
             with contextlib.suppress(Exception):
                 dist.destroy_process_group()
     return code
+
+
+def _leave_stuck(trainer: Any, step: int, signals: list[int]) -> None:
+    """torchrun's agent ends this rank (a peer rank ended) while its step waits in a collective
+    that gloo does not always abandon when the peer dies: the step never reaches the boundary
+    where the stop would act, and the agent's SIGKILL 30 s later would leave the file without
+    its end. Seal it as failed, with why, and leave at once (the training thread never returns:
+    no teardown of the process group, which would wait for it too)."""
+    name = signal.Signals(signals[0]).name
+    trainer.abandon(f"interrupted ({name})", stuck=(
+        f"step {step} never finished: {STUCK_AFTER_SIGNAL_S:.0f} s after {name} it was still "
+        "inside the step, waiting on a collective (another rank ended)"))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(1)
 
 
 def _stop_on_signals(control: object) -> list[int]:

@@ -126,8 +126,14 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(404, [("Content-Type", "text/plain")], b"memtop serves /metrics only\n",
                        head)
             return
-        headers, body = self.server.rendering.answer(
-            self.headers.get("Accept", ""), self.headers.get("Accept-Encoding", ""), query)
+        try:
+            headers, body = self.server.rendering.answer(
+                self.headers.get("Accept", ""), self.headers.get("Accept-Encoding", ""), query)
+        except Exception as exc:  # a collector's bug: the scraper is told, the run goes on
+            self._send(500, [("Content-Type", "text/plain")],
+                       f"memtop could not render its metrics: {type(exc).__name__}: {exc}\n"
+                       .encode(), head)
+            return
         self._send(200, headers, body, head)
 
     def _send(self, code: int, headers: list[tuple[str, str]], body: bytes,
@@ -165,6 +171,10 @@ class _Server(ThreadingHTTPServer):
         finally:
             with self._open_lock:
                 self._open.discard(request)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A scraper that hung up mid-request (reset, broken pipe, timeout): nothing to report,
+        and socketserver's traceback would land in the training's terminal."""
 
     def close_connections(self) -> None:
         with self._open_lock:

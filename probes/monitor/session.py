@@ -306,14 +306,25 @@ class RunSession(StepRows):
             self.memory.close()
         self.recorder.close()
 
-    def abandon(self, reason: str, abandoned_step: int | None = None) -> bool:
+    def abandon(self, reason: str, abandoned_step: int | None = None,
+                stuck: str | None = None) -> bool:
         """The process leaves while the run's thread is still busy (a step, or the run's end,
         that did not finish in time): kill the profiler's analysis children and seal
         metrics.jsonl with run_finished, from the calling thread; whatever the run's thread
-        writes later is dropped. False when the file could not be sealed (a row write hung)."""
+        writes later is dropped. ``stuck``: the step will never finish (a collective waiting
+        for a rank that ended): an error row says why and the run ends "failed", as it does
+        when the collective raises instead. False when the file could not be sealed (a row
+        write hung)."""
         kill_workers()
         why = self.control.stop_reason or reason
-        if abandoned_step is not None:
+        if stuck is not None:
+            self.failed_step = abandoned_step if abandoned_step is not None else self.state.step
+            self.recorder.publish_waiting_rows()  # the rows measured before it go first
+            with contextlib.suppress(Exception):
+                self.emit(R.ERROR, self.failed_step,
+                          {"error_type": "StuckStep", "message": stuck})
+            why = "failed"
+        elif abandoned_step is not None:
             why += f"; step {abandoned_step} was abandoned unfinished"
         sealed = self.recorder.seal(why, self.state.step, abandoned_step=abandoned_step)
         if self.server is not None:

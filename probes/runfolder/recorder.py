@@ -139,7 +139,7 @@ class RunRecorder:
         if self._soon and type(record) is not StepSample:
             self.drain()  # the rows before an event go first (on the loop's thread)
             if self._soon and getattr(record, "event", None) == R.RUN_FINISHED:
-                self._publish_waiting_rows()  # the run ended from another thread: rows first
+                self.publish_waiting_rows()  # the run ended from another thread: rows first
         if self.rank and isinstance(record, Event) and record.rank != self.rank:
             # an instrument's event (profiler window, ledger, leak watch, hints) is built
             # without a rank: this process's rank, or rank 1's window read back as rank 0's
@@ -184,7 +184,7 @@ class RunRecorder:
         try:
             if self.sealed:
                 return True
-            self._publish_waiting_rows()
+            self.publish_waiting_rows()
             if not self.finished_written:
                 data: dict[str, Any] = {"reason": reason}
                 if abandoned_step is not None:
@@ -204,8 +204,9 @@ class RunRecorder:
         finally:
             self._lock.release()
 
-    def _publish_waiting_rows(self) -> None:
-        """The run ends from another thread (seal(), close(), run_finished): the rows
+    def publish_waiting_rows(self) -> None:
+        """The run ends from another thread (seal(), close(), run_finished, a stuck step's
+        error row from RunSession.abandon): the rows
         publish_soon still holds are published, not given to on_row (the loop's instruments
         stay on the loop's thread). No row already measured is lost."""
         while self._soon:
@@ -245,7 +246,7 @@ class RunRecorder:
 
     def close(self) -> None:
         self.drain()
-        self._publish_waiting_rows()  # closed from another thread: the rows still go in
+        self.publish_waiting_rows()  # closed from another thread: the rows still go in
         with self._lock:
             writer, self._writer = self._writer, None
         if writer is not None:

@@ -215,3 +215,23 @@ def test_json_line_roundtrip_of_the_new_run_started_fields():
     event = Event.from_json(row)
     assert event.data["host"] == "n1" and event.data["system"]["gpu_uuid"] == "GPU-x"
     assert "Prometheus: http://127.0.0.1:1/metrics" in event.summary()
+
+
+def test_a_scraper_that_hangs_up_or_a_failing_collector_prints_nothing(tmp_path, capfd):
+    """A connection reset mid-request leaves no traceback on the terminal (an in-process
+    endpoint's is the training's); a collector that raises answers 500 with one line."""
+    class Broken:
+        def collect(self):
+            raise RuntimeError("no rows")
+
+    with MetricsEndpoint(0).serve(FolderCollector([write_run(tmp_path / "run", steps=1)])) \
+            as endpoint:
+        sock = socket.create_connection(("127.0.0.1", endpoint.port))
+        sock.sendall(b"GET /metr")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        sock.close()  # RST mid-request
+        assert get(endpoint.url)[0] == 200  # and it goes on serving
+    with MetricsEndpoint(0).serve(Broken()) as endpoint:
+        status, _, _ = get(endpoint.url)
+        assert status == 500
+    assert "Traceback" not in capfd.readouterr().err

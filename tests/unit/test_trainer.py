@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import threading
 
 import pytest
 from factories import RecordSink, in_thread, resolved_amp, wait_until
@@ -211,3 +212,49 @@ def test_fp16_on_cpu_uses_a_grad_scaler(tiny_config):
     cfg = tiny_config(steps=2, amp="fp16")
     _, sink, _, code = in_thread(lambda: run_trainer(cfg))
     assert code == 0 and all(s.scale == 65536.0 for s in sink.samples)
+
+
+class _StuckStep(StepHook):
+    """A step that never reaches its boundary while the test holds it (a rank's step waiting
+    in a collective for a peer that died)."""
+
+    def __init__(self, forwards: int) -> None:
+        self.hold_at, self.forwards = forwards, 0
+        self.inside = threading.Event()
+        self.release = threading.Event()
+
+    def setup(self, ctx) -> None:
+        ctx.model.register_forward_hook(self._forward)
+
+    def _forward(self, *_args) -> None:
+        self.forwards += 1
+        if self.forwards == self.hold_at:  # inside the step, as its all-reduce would be
+            self.inside.set()
+            self.release.wait(120)
+
+
+def test_a_step_stuck_after_a_stop_is_sealed_as_failed_with_why(tiny_config):
+    """trainer/rank.py's way out when torchrun's SIGTERM finds the step stuck: an error row that
+    says why, run_finished "failed" (as when the collective raises), nothing written after."""
+    import json
+
+    cfg = tiny_config(steps=0)
+    held = _StuckStep(3)
+    trainer = Trainer(cfg, create_run_dir(cfg.run_dir), hooks=[held])
+    trainer.start()
+    try:
+        assert held.inside.wait(60), "the held step"
+        trainer.control.stop("interrupted (SIGTERM)")
+        assert trainer.step_in_flight == 3
+        assert trainer.abandon("interrupted (SIGTERM)", stuck="step 3 never finished")
+        metrics = trainer.run_dir / "metrics.jsonl"
+        rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+        assert rows[-1]["event"] == "run_finished" and rows[-1]["reason"] == "failed"
+        assert rows[-1]["abandoned_step"] == 3
+        assert rows[-2]["event"] == "error" and rows[-2]["message"] == "step 3 never finished"
+        assert [r["step"] for r in rows if "event" not in r] == [1, 2]  # in order, none lost
+        sealed = metrics.read_text()
+    finally:
+        held.release.set()
+    assert trainer.join(60)
+    assert metrics.read_text() == sealed  # what the thread wrote later did not land
