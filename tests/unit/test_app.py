@@ -5,7 +5,6 @@ Waits poll a condition with a generous deadline (the machine is shared); nothing
 
 from __future__ import annotations
 
-import inspect
 import io
 import json
 import os
@@ -18,17 +17,12 @@ from textual.widgets import DataTable
 from textual.widgets._footer import FooterKey
 
 from probes import records as R
-from probes.counters.nvml import NvmlPoller
 from probes.instruments.hooks import StepHook
 from probes.records import EVENT_KINDS, Event
 from tui.app import MemtopApp
 from tui.dashboard_run import stderr_to_file
 from tui.format import format_value
 from tui.live_events import LIVE_EVENTS
-from tui.widgets.footer import MemtopFooter
-from tui.widgets.help_screen import HelpScreen, counter_paragraphs
-
-CUDA_COUNTERS = counter_paragraphs("cuda")  # the help's counter section on CUDA
 
 
 @pytest.mark.slow
@@ -74,53 +68,6 @@ async def test_panes_update_pause_resume_and_quit_joins_the_trainer(make_app):
     finished = [e for e in events if e["event"] == "run_finished"]
     assert finished and finished[-1]["reason"] == "stopped by user"
     assert (app.run_dir / "config.json").exists()
-
-
-def test_help_states_the_nvml_poll_rate_the_poller_uses():
-    interval = inspect.signature(NvmlPoller).parameters["interval_s"].default
-    assert f"every {interval:g} s" in " ".join(CUDA_COUNTERS)
-
-
-async def test_help_screen_opens_and_closes(make_app):
-    app = make_app(autostart=False)
-    async with app.run_test(size=(80, 24)) as pilot:
-        await pilot.press("question_mark")
-        await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen), "help screen")
-        text = " ".join(str(s.render()) for s in app.screen.query("Static"))
-        for words in ("heap used", "heap held", "RSS", "empty_cache", "nvidia-smi",
-                      "sampled"):
-            assert words in text, words
-        from probes.records import HINTS
-
-        for hint in HINTS:  # every live hint is listed, the CUDA-only ones marked on CPU
-            assert hint.title in text, hint.name
-        assert "(CUDA only)" in text
-        await pilot.press("escape")
-        await wait_for(pilot, lambda: not isinstance(app.screen, HelpScreen), "help closed")
-
-
-async def test_help_is_built_once_and_screen_changes_leave_nothing_behind(make_app):
-    """Re-opening help re-pushes the same screen; the Footer keeps its keys (Textual's made ~10
-    new FooterKeys per close: cyclic garbage for gen-2 passes on the UI thread) and no watchers
-    of removed keys (Textual #6666 kept ~9 FooterKeys per screen change)."""
-    app = make_app(autostart=False)
-    async with app.run_test(size=(80, 24)) as pilot:
-        footer = app.query_one(MemtopFooter)
-        await wait_for(pilot, lambda: len(footer.query("FooterKey")) >= 8, "the footer's keys")
-        screens, watchers, keys = [], [], []
-        for _ in range(4):
-            await pilot.press("question_mark")
-            await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen), "help screen")
-            screens.append(app.screen)
-            await pilot.press("question_mark")
-            await wait_for(pilot, lambda: not isinstance(app.screen, HelpScreen), "closed")
-            await pilot.pause()
-            watchers.append(footer.compact_watchers())
-            keys.append(list(footer.query("FooterKey")))
-        assert all(s is screens[0] for s in screens)
-        assert all(k == keys[0] for k in keys[1:])  # the same widgets: not recomposed
-        assert watchers[-1] <= watchers[0], watchers  # unpatched Footer: +9 per open/close
-        assert watchers[0] <= len(footer.query("FooterKey"))
 
 
 async def test_injected_events_render_banner_table_and_ledger(make_app):
