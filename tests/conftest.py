@@ -29,8 +29,8 @@ def heap_read_every_step(monkeypatch):
     worker that has run hundreds of tests fragments its own heap until one mallinfo2 walk is
     over the read's budget (probes/counters/memory.py), and the leak tests' step counts would
     then depend on which tests ran before in that worker (CI saw a leak alert miss its 24
-    steps). The spreading itself is tested with its own floor (test_probes.py, test_leak.py);
-    processes a test starts run the real rule."""
+    steps). The spreading itself is tested with its own floor (test_probes.py,
+    test_leak_trainer.py); processes a test starts run the real rule."""
     from probes.counters import memory
 
     monkeypatch.setattr(memory, "HEAP_READ_FLOOR_S", float("inf"))

@@ -1,21 +1,20 @@
 """metrics.jsonl written: one JSON object a line, appended; step rows batched and flushed by time.
 
-A step row costs the step path its JSON line (one %-format call of a template made once per
-shape of row, probes/runfolder/rowline.py; the encoder for anything else) and a copy into a
-buffer made once, which is written every ``flush_interval_s``. On CUDA runs
-(``encode_in_thread``, set by RunSession.open) the step path only queues the row's values (one
-C call, ``StepSample.training_values``) and the writer's thread (``_Flusher``, one for every
-open writer) encodes them within ``ENCODE_EVERY_S`` (it polls; the step path never wakes it):
-~20 µs of a step's host time (issue 28). Not on CPU: there the "allocated" counter is glibc's
-heap in use, read by the training thread while that thread would be encoding, and what the
-encoder holds and leaves in its own malloc caches moved a CPU leak alert's first step by one in
-5 of 6 runs (tests/unit/test_leak.py; 0 of 4 encoding on the publishing thread). A queued row
-is a tuple of ~0.6 KB of pymalloc objects, at most ``MAX_QUEUED_ROWS`` of them (a full queue is
-encoded by the publisher). An event is written at once, with every row queued before it: events
-are rare and are what live readers wait for (profile_started, paused, a leak alert,
-run_finished). The one periodic kind, the ledger's measurement (every 50 steps, ≥ 2 s apart),
-waits for the next flush instead. The order of the file is the order of publishing;
-``flush_interval_s=0`` writes each row at once.
+A step row costs the step path its JSON line (one %-format call of a template made once per shape of
+row, probes/runfolder/rowline.py; the encoder for anything else) and a copy into a buffer made once,
+which is written every ``flush_interval_s``. On CUDA runs (``encode_in_thread``, set by
+RunSession.open) the step path only queues the row's values (one C call,
+``StepSample.training_values``) and the writer's thread (``_Flusher``, one for every open writer)
+encodes them within ``ENCODE_EVERY_S`` (it polls; the step path never wakes it): ~20 µs of a step's
+host time (issue 28). Not on CPU: there the "allocated" counter is glibc's heap in use, read by the
+training thread while that thread would be encoding, and what the encoder holds and leaves in its
+own malloc caches moved a CPU leak alert's first step by one in 5 of 6 runs
+(tests/unit/test_leak_trainer.py; 0 of 4 encoding on the publishing thread). A queued row is a tuple
+of ~0.6 KB of pymalloc objects, at most ``MAX_QUEUED_ROWS`` of them (a full queue is encoded by the
+publisher). An event is written at once, with every row queued before it: events are rare and are
+what live readers wait for (profile_started, paused, a leak alert, run_finished). The one periodic
+kind, the ledger's measurement (every 50 steps, ≥ 2 s apart), waits for the next flush instead. The
+order of the file is the order of publishing; ``flush_interval_s=0`` writes each row at once.
 
 What can be lost: nothing on a normal exit, an exception, or an interpreter exit without
 close() (close() flushes; an atexit hook flushes every writer still open). A process killed

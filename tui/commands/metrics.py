@@ -15,7 +15,8 @@ from tui.commands.argtypes import UsageError, default_of, int_arg
 
 DEFAULT_FOLDER = default_of(TrainConfig, "run_dir")  # where memtop train writes
 DEFAULT_BIND = "127.0.0.1"  # probes/export/server.py's; not imported here (--help stays light)
-DEFAULT_KEEP_S = 300  # probes/export/collector.py's, checked equal by tests/unit/test_export.py
+# probes/export/collector.py's, checked equal by tests/unit/test_export_endpoint.py
+DEFAULT_KEEP_S = 300
 
 
 def seconds_arg(text: str) -> float:
